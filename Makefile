@@ -1,0 +1,49 @@
+# gpuops — one entry point for set-up, tests and the demo.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: all venv native test lint typecheck compat pytest demo gpu-test clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+native:
+	@if [ -f native/Makefile ]; then $(MAKE) -s -C native; fi
+
+lint: venv
+	$(BIN)/ruff check gpuops tests bench
+	$(BIN)/ruff format --check gpuops tests bench
+
+typecheck: venv
+	$(BIN)/mypy gpuops/core gpuops/node
+
+# core/ and node/ run on GPU nodes with old Pythons: they must stay valid Python 3.8.
+compat: venv
+	$(BIN)/vermin --no-tips --violations -t=3.8- --eval-annotations gpuops/core gpuops/node
+
+pytest: venv native
+	$(BIN)/python -m pytest -q -m "not gpu"
+
+test: venv native lint typecheck compat pytest
+
+demo: venv native
+	$(BIN)/gpuops demo
+
+gpu-test: venv native
+	@if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then \
+		echo "gpu-test: no NVIDIA GPU on this machine; nothing to run (exit 0)"; exit 0; fi
+	$(BIN)/python -m pytest -q -m gpu tests/gpu
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	@if [ -f native/Makefile ]; then $(MAKE) -s -C native clean; fi

@@ -1,0 +1,1 @@
+"""The `gpuops` command line (typer). Presents and collects intent; logic lives below."""

@@ -1,0 +1,33 @@
+"""Entry point of the `gpuops` command: each command group lives in its own module."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="gpuops",
+    help="Monitor, carve and pool GPU servers across teams.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Each module exposes register(app); adding a command is adding a module here.
+_COMMAND_MODULES = (
+    "gpuops.cli.discover",
+    "gpuops.cli.agent",
+    "gpuops.cli.mig",
+)
+
+for _name in _COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

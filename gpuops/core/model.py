@@ -1,0 +1,150 @@
+"""The model of a GPU node, the same whether the node is real (NVML) or simulated.
+
+Everything is a frozen dataclass so snapshots can be shared between threads and screens
+without copying. Any measured figure may be `NotAvailable` (NVML returns NOT_SUPPORTED,
+GPU_IS_LOST, FUNCTION_NOT_FOUND per field): one missing field never hides the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Tuple, Union
+
+
+@dataclass(frozen=True)
+class NotAvailable:
+    """A figure the node could not provide; `reason` is the NVML-style code (e.g. NOT_SUPPORTED)."""
+
+    reason: str
+
+    def __str__(self) -> str:
+        return "n/a"
+
+
+IntMetric = Union[int, NotAvailable]
+FloatMetric = Union[float, NotAvailable]
+
+
+def available(value: object) -> bool:
+    return not isinstance(value, NotAvailable)
+
+
+@dataclass(frozen=True)
+class ComputeInstance:
+    """A MIG compute instance inside a GPU instance; each is one MIG device with its own UUID."""
+
+    id: int
+    profile_id: int  # NVML_COMPUTE_INSTANCE_PROFILE_* (1c=0, 2c=1, 3c=2, 4c=3, 7c=4)
+    name: str  # e.g. "1c.3g.20gb", or the GI name when it is the GI's default full CI
+    start: int  # compute-slice placement inside the GI
+    size: int
+    multiprocessor_count: int
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    """A MIG GPU instance: a placement of memory slices, plus its compute instances."""
+
+    id: int
+    profile_id: int  # the profile's info.id (what nvidia-smi shows and create calls take)
+    profile_name: str  # e.g. "3g.20gb"
+    start: int  # first memory slice
+    size: int  # number of memory slices
+    memory_total_bytes: int
+    multiprocessor_count: int
+    compute_instances: Tuple[ComputeInstance, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """What does not change while a node runs (except MIG mode, which a reset may change)."""
+
+    index: int
+    uuid: str
+    name: str  # as NVML reports it, e.g. "NVIDIA A100-SXM4-40GB"
+    pci_bus_id: str
+    pci_device_id: int  # (device << 16) | vendor, e.g. 0x20B010DE
+    memory_total_bytes: IntMetric
+    mig_capable: bool
+    mig_model: Optional[str] = None  # catalog model key when the GPU supports MIG
+    architecture: str = ""  # "ampere", "hopper", ...
+    multiprocessor_count: IntMetric = NotAvailable("NOT_SUPPORTED")
+    power_limit_watts: FloatMetric = NotAvailable("NOT_SUPPORTED")
+
+
+@dataclass(frozen=True)
+class MigState:
+    current: bool
+    pending: bool
+    gpu_instances: Tuple[GpuInstance, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process with a context on a GPU (or on a MIG instance of it)."""
+
+    pid: int
+    used_memory_bytes: IntMetric
+    user: str = ""  # unix user name, "" when unknown
+    command: str = ""
+    gpu_instance_id: Optional[int] = None  # None when not on a MIG instance
+    compute_instance_id: Optional[int] = None
+    tenant: Optional[str] = None  # team, when known
+    tenant_source: str = ""  # where the tenant came from ("limiter", "user", "group", "owner", ...)
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One timestamped reading of a whole GPU."""
+
+    timestamp: float  # seconds since the epoch on the node
+    utilization_gpu_percent: FloatMetric
+    utilization_memory_percent: FloatMetric
+    memory_used_bytes: IntMetric
+    memory_total_bytes: IntMetric
+    power_watts: FloatMetric
+    temperature_celsius: FloatMetric
+    sm_clock_mhz: IntMetric
+    memory_clock_mhz: IntMetric
+
+
+@dataclass(frozen=True)
+class MigInstanceSample:
+    """Per-GPU-instance memory: NVML reports memory, not utilization, for MIG devices."""
+
+    gpu_instance_id: int
+    memory_used_bytes: IntMetric
+    memory_total_bytes: IntMetric
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU as seen at one moment: identity, MIG layout, sample and processes."""
+
+    info: GpuInfo
+    mig: Optional[MigState] = None  # None when the GPU is not MIG-capable
+    sample: Optional[GpuSample] = None
+    mig_samples: Tuple[MigInstanceSample, ...] = ()
+    processes: Tuple[GpuProcess, ...] = ()
+    owner: Optional[str] = None  # owning team (silo), when the node knows it
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node's inventory: identity and GPUs without samples (cheap to ask, changes rarely)."""
+
+    hostname: str
+    backend: str  # "nvml", "sim", ...
+    driver_version: str = ""
+    cuda_driver_version: str = ""
+    gpus: Tuple[Gpu, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeSample:
+    """A node's live readings: every GPU with its sample, MIG layout and processes."""
+
+    hostname: str
+    timestamp: float
+    gpus: Tuple[Gpu, ...] = field(default_factory=tuple)

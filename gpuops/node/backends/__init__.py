@@ -1,0 +1,1 @@
+"""Node backends: where GPU facts come from (NVML on real nodes, the simulator elsewhere)."""

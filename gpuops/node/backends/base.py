@@ -1,0 +1,99 @@
+"""The one small protocol every node backend implements.
+
+A backend answers two questions — what is on this node (`inventory`) and what is it doing now
+(`sample`) — and may carry out MIG changes. Errors carry NVML's names (IN_USE,
+INSUFFICIENT_RESOURCES, NOT_SUPPORTED, ...) so the layers above handle a simulated node and a
+real one the same way.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from gpuops.core.model import ComputeInstance, GpuInstance, Node, NodeSample
+
+# NVML return codes by name, as the layers above see them.
+ERROR_CODES = (
+    "UNINITIALIZED",
+    "INVALID_ARGUMENT",
+    "NOT_SUPPORTED",
+    "NO_PERMISSION",
+    "NOT_FOUND",
+    "INSUFFICIENT_SIZE",
+    "DRIVER_NOT_LOADED",
+    "GPU_IS_LOST",
+    "RESET_REQUIRED",
+    "IN_USE",
+    "INSUFFICIENT_RESOURCES",
+    "FUNCTION_NOT_FOUND",
+    "LIBRARY_NOT_FOUND",
+    "UNKNOWN",
+)
+
+
+class BackendError(Exception):
+    """A backend call failed; `code` is one of ERROR_CODES, `message` is for people."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__("%s: %s" % (code, message))
+        self.code = code if code in ERROR_CODES else "UNKNOWN"
+        self.message = message
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot start on this machine (no driver, no library, bad sim spec)."""
+
+
+@dataclass(frozen=True)
+class MigModeChange:
+    """The outcome of a MIG mode change: Ampere leaves it pending until a GPU reset."""
+
+    current: bool
+    pending: bool
+
+    @property
+    def reset_required(self) -> bool:
+        return self.current != self.pending
+
+
+class Backend(abc.ABC):
+    """A source of GPU facts for one node."""
+
+    name = "abstract"
+
+    @abc.abstractmethod
+    def inventory(self) -> Node:
+        """Identity of the node and its GPUs, with MIG layout; no samples or processes."""
+
+    @abc.abstractmethod
+    def sample(self) -> NodeSample:
+        """Every GPU now: sample, MIG layout, per-instance memory and processes."""
+
+    def capabilities(self) -> Tuple[str, ...]:
+        return ("inventory", "sample")
+
+    def close(self) -> None:
+        """Release the library or simulator; the backend is unusable afterwards."""
+
+    # MIG control. Backends that cannot change MIG keep these defaults.
+    def set_mig_mode(self, gpu: int, enabled: bool) -> MigModeChange:
+        raise BackendError("NOT_SUPPORTED", "this backend cannot change MIG mode")
+
+    def reset_gpu(self, gpu: int) -> None:
+        raise BackendError("NOT_SUPPORTED", "this backend cannot reset GPUs")
+
+    def create_gpu_instance(self, gpu: int, profile_id: int, start: Optional[int] = None) -> GpuInstance:
+        raise BackendError("NOT_SUPPORTED", "this backend cannot create GPU instances")
+
+    def destroy_gpu_instance(self, gpu: int, gpu_instance_id: int) -> None:
+        raise BackendError("NOT_SUPPORTED", "this backend cannot destroy GPU instances")
+
+    def create_compute_instance(
+        self, gpu: int, gpu_instance_id: int, profile_id: int, start: Optional[int] = None
+    ) -> ComputeInstance:
+        raise BackendError("NOT_SUPPORTED", "this backend cannot create compute instances")
+
+    def destroy_compute_instance(self, gpu: int, gpu_instance_id: int, compute_instance_id: int) -> None:
+        raise BackendError("NOT_SUPPORTED", "this backend cannot destroy compute instances")
