@@ -75,7 +75,9 @@ def _decode(tp: Any, data: Any, path: str, depth: int) -> Any:
             return tuple(_decode(args[0], v, "%s[%d]" % (path, i), depth + 1) for i, v in enumerate(data))
         if len(args) != len(data):
             raise _fail(path, "expected %d items" % len(args))
-        return tuple(_decode(a, v, "%s[%d]" % (path, i), depth + 1) for i, (a, v) in enumerate(zip(args, data)))
+        return tuple(
+            _decode(a, v, "%s[%d]" % (path, i), depth + 1) for i, (a, v) in enumerate(zip(args, data))
+        )
     if origin in (dict, typing.Dict):
         if not isinstance(data, dict):
             raise _fail(path, "expected an object")

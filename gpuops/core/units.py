@@ -52,7 +52,9 @@ def parse_bytes(text: Union[str, int]) -> int:
     number, unit = match.groups()
     factor = _SIZE_UNITS.get(unit.lower())
     if factor is None:
-        raise UnitError("unknown size unit %r in %r (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)" % (unit, text))
+        raise UnitError(
+            "unknown size unit %r in %r (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)" % (unit, text)
+        )
     value = float(number) * factor
     if value != math.floor(value):
         raise UnitError("%r is not a whole number of bytes" % (text,))
@@ -120,7 +122,7 @@ def format_duration(seconds: float) -> str:
     """0.5 -> '500ms', 90 -> '1m30s', 86400 -> '1d'."""
     if seconds < 1:
         return "%dms" % round(seconds * 1000)
-    remaining = int(round(seconds))
+    remaining = round(seconds)
     parts = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if remaining >= size:
