@@ -1,7 +1,31 @@
+"""`gpuops agent --stdio`: the node agent, for nodes where gpuops is installed."""
+
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
+from gpuops.cli.errors import fail
+
 
 def register(app: typer.Typer) -> None:
-    """Commands of this group are added by their own change."""
+    @app.command("agent")
+    def agent(
+        stdio: bool = typer.Option(False, "--stdio", help="Serve the JSON-lines protocol on stdin/stdout."),
+        backend: str = typer.Option("nvml", "--backend", help="Where GPU facts come from: nvml or sim."),
+        sim_spec: Path | None = typer.Option(
+            None, "--sim-spec", help="Simulator spec (JSON) for --backend sim."
+        ),
+        log_level: str = typer.Option(
+            "WARNING", "--log-level", help="DEBUG, INFO, WARNING or ERROR (stderr)."
+        ),
+    ) -> None:
+        """Serve the node agent protocol (used by the fleet over SSH, or by hand for debugging)."""
+        from gpuops.node.main import run_agent
+
+        if not stdio:
+            fail("the agent only speaks over stdin/stdout for now: add --stdio", code=2)
+        if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            fail(f"--log-level must be DEBUG, INFO, WARNING or ERROR, not {log_level!r}", code=2)
+        raise typer.Exit(run_agent(backend, str(sim_spec) if sim_spec else None, log_level.upper()))

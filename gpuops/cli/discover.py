@@ -1,7 +1,149 @@
+"""`gpuops discover --local`: what GPUs this host has and what runs on them."""
+
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpuops.cli import render
+from gpuops.cli.errors import fail
+from gpuops.core.codec import to_json
+from gpuops.core.mig.catalog import find_model
+from gpuops.core.model import Gpu, Node, NodeSample
+from gpuops.fleet.agent_client import AgentError
+from gpuops.fleet.local import local_agent
+
+
+async def _collect(backend: str, sim_spec: str | None) -> tuple[Node, NodeSample]:
+    async with local_agent(backend, sim_spec) as client:
+        assert client.hello is not None
+        if client.hello.backend_error:
+            raise AgentError("backend_unavailable", client.hello.backend_error)
+        node = await client.inventory()
+        sample = await client.sample()
+        return node, sample
+
+
+def _unavailable_hint(backend: str) -> str:
+    if backend == "nvml":
+        return " — to try gpuops without a GPU: gpuops discover --local --backend sim"
+    return ""
 
 
 def register(app: typer.Typer) -> None:
-    """Commands of this group are added by their own change."""
+    @app.command("discover")
+    def discover(
+        local: bool = typer.Option(False, "--local", help="This host's GPUs, through a local agent."),
+        backend: str = typer.Option("nvml", "--backend", help="nvml (real GPUs) or sim (simulated node)."),
+        sim_spec: Path | None = typer.Option(
+            None, "--sim-spec", help="Simulator spec (JSON) for --backend sim."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts instead of tables."),
+    ) -> None:
+        """Show GPUs, MIG layout and processes of this host (--local)."""
+        if not local:
+            fail("say which GPUs to discover: --local for this host", code=2)
+        if sim_spec is not None and backend != "sim":
+            fail("--sim-spec only goes with --backend sim", code=2)
+        try:
+            node, sample = asyncio.run(_collect(backend, str(sim_spec) if sim_spec else None))
+        except AgentError as exc:
+            fail(exc.message + _unavailable_hint(backend))
+        except OSError as exc:
+            fail(f"cannot start the local agent: {exc}")
+        if as_json:
+            document = to_json(node)
+            document["gpus"] = to_json(sample.gpus)
+            document["timestamp"] = sample.timestamp
+            typer.echo(json.dumps(document, indent=2))
+            return
+        print_node(Console(), node, sample)
+
+
+def print_node(console: Console, node: Node, sample: NodeSample) -> None:
+    title = f"{node.hostname} — {len(sample.gpus)} GPU(s), backend {node.backend}"
+    if node.driver_version:
+        title += f", driver {node.driver_version}"
+    if node.cuda_driver_version:
+        title += f", CUDA {node.cuda_driver_version}"
+    gpus = Table(title=title, title_justify="left", expand=False)
+    for column in ("GPU", "Model", "Owner", "Util", "Memory", "Power", "Temp", "MIG", "Procs"):
+        gpus.add_column(column, no_wrap=column != "MIG")
+    for gpu in sample.gpus:
+        gpus.add_row(*_gpu_row(gpu))
+        for gi in gpu.mig.gpu_instances if gpu.mig else ():
+            used = next((m.memory_used_bytes for m in gpu.mig_samples if m.gpu_instance_id == gi.id), None)
+            procs = sum(1 for p in gpu.processes if p.gpu_instance_id == gi.id)
+            cis = ", ".join(ci.name for ci in gi.compute_instances) or "no compute instance"
+            gpus.add_row(
+                "",
+                f"  └ {gi.profile_name} (GI {gi.id})",
+                "",
+                "",
+                render.memory_usage(used, gi.memory_total_bytes)
+                if used is not None
+                else render.size(gi.memory_total_bytes),
+                "",
+                "",
+                f"{render.slice_range(gi)}; {cis}",
+                str(procs),
+            )
+    console.print(gpus)
+    processes = [(gpu, p) for gpu in sample.gpus for p in gpu.processes]
+    if not processes:
+        console.print("No GPU processes.")
+        return
+    table = Table(title="Processes", title_justify="left")
+    for column in ("GPU", "MIG", "PID", "User", "Tenant", "Memory", "Command"):
+        table.add_column(column, no_wrap=column != "Command")
+    for gpu, p in processes:
+        mig = "" if p.gpu_instance_id is None else f"GI {p.gpu_instance_id}/CI {p.compute_instance_id}"
+        tenant = p.tenant or ""
+        if tenant and p.tenant_source:
+            tenant += f" ({p.tenant_source})"
+        table.add_row(
+            str(gpu.info.index),
+            mig,
+            str(p.pid),
+            p.user or "?",
+            tenant,
+            render.size(p.used_memory_bytes),
+            p.command,
+        )
+    console.print(table)
+
+
+def _gpu_row(gpu: Gpu) -> list[str]:
+    info, s = gpu.info, gpu.sample
+    util = render.percent(s.utilization_gpu_percent) if s else render.NA
+    memory = (
+        render.memory_usage(s.memory_used_bytes, s.memory_total_bytes)
+        if s
+        else render.size(info.memory_total_bytes)
+    )
+    if gpu.mig is None:
+        mig = "not supported"
+    else:
+        mode = "on" if gpu.mig.current else "off"
+        if gpu.mig.pending != gpu.mig.current:
+            mode += f" (pending {'on' if gpu.mig.pending else 'off'}: reset needed)"
+        mig = mode
+        model = find_model(info.mig_model or info.name)
+        if gpu.mig.current and model is not None:
+            mig += " " + render.slice_map(gpu.mig.gpu_instances, model.memory_slice_count)
+    return [
+        str(info.index),
+        info.name,
+        gpu.owner or "",
+        util,
+        memory,
+        render.watts(s.power_watts) if s else render.NA,
+        render.celsius(s.temperature_celsius) if s else render.NA,
+        mig,
+        str(len(gpu.processes)),
+    ]

@@ -118,13 +118,26 @@ def _decode(tp: Any, data: Any, path: str, depth: int) -> Any:
 
 
 def _decode_union(args: Any, data: Any, path: str, depth: int) -> Any:
-    # Try the most specific member first so that {"na": ...} is not mistaken for an object.
+    none_type = type(None)
+    if data is None and none_type in args:
+        return None
+    members = [a for a in args if a is not none_type]
+    if isinstance(data, dict):
+        # An object is either "not available" or the one dataclass of the union: decode it
+        # directly so that an error deep inside keeps its full path.
+        if NotAvailable in members and "na" in data:
+            return _decode(NotAvailable, data, path, depth + 1)
+        for member in members:
+            if dataclasses.is_dataclass(member):
+                return _decode(member, data, path, depth + 1)
     errors = []
-    for member in args:
+    for member in members:
         try:
             return _decode(member, data, path, depth + 1)
         except DecodeError as exc:
             errors.append(str(exc).split(": ", 1)[-1])
+    if none_type in args:
+        errors.append("expected null")
     raise _fail(path, " or ".join(dict.fromkeys(errors)))
 
 

@@ -1,0 +1,1 @@
+"""The operator side of the agent protocol: sessions to node agents (local, SSH)."""

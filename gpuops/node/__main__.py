@@ -1,0 +1,5 @@
+import sys
+
+from gpuops.node.main import main
+
+sys.exit(main())

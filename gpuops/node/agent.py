@@ -1,0 +1,312 @@
+"""The node agent: serves the JSON-lines protocol (core/protocol.py) over any pair of async
+byte streams — stdin/stdout for `gpuops agent --stdio`, an SSH channel for the fleet.
+
+Backend calls run one at a time on a single worker thread: NVML handles are not documented as
+thread-safe, and one slow call (a GPU falling off the bus) must not block the event loop, so
+malformed input and cancellations are still answered while it hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import platform
+import socket
+import sys
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Set, Tuple, Union
+
+from gpuops import __version__
+from gpuops.core import protocol as proto
+from gpuops.core.codec import to_json
+from gpuops.node.backends.base import Backend, BackendError
+
+try:
+    from typing import Protocol
+except ImportError:  # pragma: no cover - Python 3.7
+    Protocol = object  # type: ignore[assignment]
+
+log = logging.getLogger("gpuops.agent")
+
+READ_CHUNK = 64 * 1024
+MAX_IN_FLIGHT = 32
+
+
+class ByteReader(Protocol):
+    def read(self, n: int = -1) -> Awaitable[bytes]: ...
+
+
+class ByteWriter(Protocol):
+    def write(self, data: bytes) -> Any: ...
+
+    def drain(self) -> Awaitable[None]: ...
+
+
+class _TooLarge:
+    """Marks a line that was dropped because it exceeded the request limit."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+async def read_lines(reader: ByteReader, limit: int) -> AsyncIterator[Union[bytes, _TooLarge]]:
+    """Split a byte stream into lines without ever holding more than `limit` bytes of one line.
+
+    asyncio's readline either raises or silently keeps the tail of an oversized line, which would
+    then be parsed as a request of its own; here the whole line is skipped and reported once.
+    """
+    buf = bytearray()
+    dropped = -1  # >= 0 while skipping the rest of an oversized line: bytes seen so far
+    while True:
+        chunk = await reader.read(READ_CHUNK)
+        if not chunk:
+            if dropped >= 0:
+                yield _TooLarge(dropped)
+            elif buf.strip():
+                yield bytes(buf)
+            return
+        start = 0
+        while True:
+            newline = chunk.find(b"\n", start)
+            end = len(chunk) if newline < 0 else newline
+            if dropped >= 0:
+                dropped += end - start
+            else:
+                buf += chunk[start:end]
+                if len(buf) > limit:
+                    dropped = len(buf)
+                    buf.clear()
+            if newline < 0:
+                break
+            if dropped >= 0:
+                yield _TooLarge(dropped)
+                dropped = -1
+            elif buf.strip():
+                yield bytes(buf)
+            buf.clear()
+            start = newline + 1
+
+
+class Agent:
+    """Answers protocol requests from one client using one backend."""
+
+    def __init__(
+        self,
+        backend: Optional[Backend],
+        backend_name: str,
+        unavailable_reason: str = "",
+        hostname: Optional[str] = None,
+    ) -> None:
+        self.backend = backend
+        self.backend_name = backend_name
+        self.unavailable_reason = unavailable_reason
+        self.hostname = hostname or socket.gethostname()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="gpuops-backend"
+        )
+        self._watches: Dict[proto.RequestId, "asyncio.Task[None]"] = {}
+        self._tasks: Set["asyncio.Task[None]"] = set()
+        self._write_lock: Optional[asyncio.Lock] = None
+        self._writer: Optional[ByteWriter] = None
+        self._closed = False
+
+    # ---- serving -------------------------------------------------------------------------
+
+    async def serve(self, reader: ByteReader, writer: ByteWriter) -> None:
+        """Serve until the client closes its side (EOF) or the connection breaks."""
+        self._writer = writer
+        self._write_lock = asyncio.Lock()
+        slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        try:
+            async for line in read_lines(reader, proto.MAX_REQUEST_BYTES):
+                if self._closed:
+                    break
+                if isinstance(line, _TooLarge):
+                    await self._send(
+                        proto.error(
+                            None,
+                            proto.TOO_LARGE,
+                            "request line of %d bytes exceeds %d" % (line.size, proto.MAX_REQUEST_BYTES),
+                        )
+                    )
+                    continue
+                try:
+                    request = proto.parse_request(line)
+                except proto.ProtocolError as exc:
+                    await self._send(proto.error(exc.request_id, exc.code, exc.message))
+                    continue
+                await slots.acquire()
+                task = asyncio.ensure_future(self._handle(request))
+                self._tasks.add(task)
+                task.add_done_callback(self._request_done(slots))
+        except (ConnectionError, BrokenPipeError):
+            pass
+        finally:
+            for watch in list(self._watches.values()):
+                watch.cancel()
+            if self._tasks:
+                await asyncio.wait(list(self._tasks), timeout=5)
+            self._executor.shutdown(wait=False)
+
+    def _request_done(self, slots: asyncio.Semaphore) -> Callable[["asyncio.Task[None]"], None]:
+        def done(task: "asyncio.Task[None]") -> None:
+            self._tasks.discard(task)
+            slots.release()
+
+        return done
+
+    async def _send(self, data: bytes) -> None:
+        assert self._write_lock is not None and self._writer is not None
+        if self._closed:
+            return
+        async with self._write_lock:
+            try:
+                self._writer.write(data)
+                await self._writer.drain()
+            except (ConnectionError, BrokenPipeError, OSError):
+                # The client is gone: stop serving rather than spin on a dead pipe.
+                self._closed = True
+
+    async def _call(self, fn: Callable[[], Any]) -> Any:
+        loop = asyncio.get_event_loop()
+        return await loop.run_in_executor(self._executor, fn)
+
+    # ---- requests ------------------------------------------------------------------------
+
+    async def _handle(self, request: proto.Request) -> None:
+        try:
+            handler = getattr(self, "_op_" + request.op)
+            await handler(request)
+        except proto.ProtocolError as exc:
+            await self._send(proto.error(request.id, exc.code, exc.message))
+        except ValueError as exc:
+            await self._send(proto.error(request.id, proto.INVALID_ARGS, str(exc)))
+        except BackendError as exc:
+            await self._send(proto.error(request.id, proto.BACKEND_ERROR, str(exc)))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the agent must keep serving whatever one request does
+            log.exception("internal error in %s", request.op)
+            await self._send(proto.error(request.id, proto.INTERNAL, "%s: %s" % (type(exc).__name__, exc)))
+
+    def _require_backend(self) -> Backend:
+        if self.backend is None:
+            raise proto.ProtocolError(proto.BACKEND_UNAVAILABLE, self.unavailable_reason)
+        return self.backend
+
+    async def _op_hello(self, request: proto.Request) -> None:
+        version = proto.hello_versions(request.args)
+        capabilities = list(self.backend.capabilities()) if self.backend else []
+        if self.backend is not None:
+            capabilities.append("watch")
+        await self._send(
+            proto.reply(
+                request.id,
+                {
+                    "protocol": version,
+                    "agent_version": __version__,
+                    "python": platform.python_version(),
+                    "hostname": self.hostname,
+                    "backend": self.backend_name,
+                    "backend_error": self.unavailable_reason,
+                    "capabilities": capabilities,
+                    "ops": list(proto.OPS),
+                },
+            )
+        )
+
+    async def _op_inventory(self, request: proto.Request) -> None:
+        _no_args(request.args)
+        backend = self._require_backend()
+        result = await self._call(lambda: to_json(backend.inventory()))
+        await self._send(proto.reply(request.id, result))
+
+    async def _op_sample(self, request: proto.Request) -> None:
+        _no_args(request.args)
+        backend = self._require_backend()
+        result = await self._call(lambda: to_json(backend.sample()))
+        await self._send(proto.reply(request.id, result))
+
+    async def _op_watch(self, request: proto.Request) -> None:
+        interval, count = proto.watch_args(request.args)
+        self._require_backend()
+        if request.id in self._watches:
+            raise proto.ProtocolError(
+                proto.DUPLICATE_ID, "a watch with id %r is already running" % (request.id,)
+            )
+        if len(self._watches) >= proto.MAX_WATCHES:
+            raise proto.ProtocolError(
+                proto.TOO_MANY_WATCHES, "at most %d watches at once" % proto.MAX_WATCHES
+            )
+        task = asyncio.ensure_future(self._watch(request.id, interval, count))
+        self._watches[request.id] = task
+        task.add_done_callback(lambda _t: self._watches.pop(request.id, None))
+
+    async def _watch(self, request_id: proto.RequestId, interval: float, count: Optional[int]) -> None:
+        backend = self._require_backend()
+        loop = asyncio.get_event_loop()
+        sent = 0
+        cancelled = False
+        next_tick = loop.time()
+        try:
+            while count is None or sent < count:
+                try:
+                    result = await self._call(lambda: to_json(backend.sample()))
+                except BackendError as exc:
+                    # One failed sample does not end the stream: the client sees it and waits.
+                    await self._send(proto.error(request_id, proto.BACKEND_ERROR, str(exc)))
+                else:
+                    await self._send(proto.event(request_id, "sample", sent, result))
+                sent += 1
+                if count is not None and sent >= count:
+                    break
+                # Keep a steady cadence; if a sample took longer than the interval, skip ticks
+                # instead of bursting to catch up.
+                next_tick += interval
+                now = loop.time()
+                if next_tick < now:
+                    next_tick = now + interval - ((now - next_tick) % interval)
+                await asyncio.sleep(next_tick - now)
+        except asyncio.CancelledError:
+            cancelled = True
+        await self._send(proto.reply(request_id, {"events": sent, "cancelled": cancelled}))
+
+    async def _op_cancel(self, request: proto.Request) -> None:
+        unknown = sorted(set(request.args) - {"id"})
+        if unknown:
+            raise ValueError("unknown argument %r" % unknown[0][:64])
+        target = request.args.get("id")
+        task = self._watches.get(target) if isinstance(target, (int, str)) else None
+        if task is None:
+            raise ValueError("no running watch with id %r" % (target,))
+        task.cancel()
+        await self._send(proto.reply(request.id, {"cancelled": target}))
+
+
+def _no_args(args: Dict[str, Any]) -> None:
+    if args:
+        raise ValueError("this op takes no arguments (got %r)" % sorted(args)[0][:64])
+
+
+def open_backend(name: str, sim_spec: Optional[str] = None) -> Tuple[Optional[Backend], str]:
+    """Create the backend, or return (None, reason) so the agent can still say why it cannot serve."""
+    from gpuops.node.backends.base import BackendUnavailable
+    from gpuops.node.backends.registry import create_backend
+
+    options: Dict[str, Any] = {}
+    if sim_spec is not None:
+        options["sim_spec"] = sim_spec
+    try:
+        return create_backend(name, **options), ""
+    except BackendUnavailable as exc:
+        return None, str(exc)
+    except Exception as exc:  # a broken plugin must not kill the agent without a word
+        return None, "backend %r failed to start: %s: %s" % (name, type(exc).__name__, exc)
+
+
+def log_to_stderr(level: str = "WARNING") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("gpuops-agent: %(levelname)s %(message)s"))
+    root = logging.getLogger("gpuops")
+    root.addHandler(handler)
+    root.setLevel(level)

@@ -1,0 +1,61 @@
+"""Command line of the node side alone (argparse, stdlib): what a zipapp pushed over SSH runs.
+
+`gpuops agent` on an operator's machine calls the same `run_agent`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import List, Optional
+
+from gpuops.node.agent import Agent, log_to_stderr, open_backend
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+def run_agent(backend_name: str = "nvml", sim_spec: Optional[str] = None, log_level: str = "WARNING") -> int:
+    """Serve the agent protocol on stdin/stdout until EOF; returns the exit code."""
+    from gpuops.node.stdio import stdio_streams
+
+    log_to_stderr(log_level)
+    # The protocol owns fd 1: anything a library prints must not corrupt it.
+    protocol_out = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    backend, reason = open_backend(backend_name, sim_spec)
+    agent = Agent(backend, backend_name, reason)
+
+    async def main() -> None:
+        reader, writer = stdio_streams(asyncio.get_event_loop(), 0, protocol_out)
+        try:
+            await agent.serve(reader, writer)
+        finally:
+            writer.close()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if backend is not None:
+            backend.close()
+    return EXIT_OK
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpuops-node", description="gpuops node side")
+    sub = parser.add_subparsers(dest="command")
+    agent = sub.add_parser("agent", help="serve the agent protocol")
+    agent.add_argument("--stdio", action="store_true", required=True, help="talk JSON lines on stdin/stdout")
+    agent.add_argument("--backend", default="nvml", help="nvml (default) or sim")
+    agent.add_argument("--sim-spec", default=None, help="simulator spec (JSON) for --backend sim")
+    agent.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    args = parser.parse_args(argv)
+    if args.command != "agent":
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    return run_agent(args.backend, args.sim_spec, args.log_level)
