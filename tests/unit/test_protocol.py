@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuops.core import protocol as proto
+
+
+def _line(obj: object) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def test_valid_request() -> None:
+    req = proto.parse_request(_line({"v": 1, "id": 7, "op": "sample"}))
+    assert (req.id, req.op, req.args) == (7, "sample", {})
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        (b"not json", proto.PARSE_ERROR),
+        (b"\xff\xfe", proto.PARSE_ERROR),
+        (_line([1, 2]), proto.INVALID_REQUEST),
+        (_line({"v": 1, "op": "hello"}), proto.INVALID_REQUEST),
+        (_line({"v": 1, "id": True, "op": "hello"}), proto.INVALID_REQUEST),
+        (_line({"v": 2, "id": 1, "op": "hello"}), proto.UNSUPPORTED_VERSION),
+        (_line({"v": 1, "id": 1, "op": "reboot"}), proto.UNKNOWN_OP),
+        (_line({"v": 1, "id": 1, "op": "hello", "args": []}), proto.INVALID_ARGS),
+        (_line({"v": 1, "id": 1, "op": "hello", "extra": 1}), proto.INVALID_REQUEST),
+        (b"{" + b" " * proto.MAX_REQUEST_BYTES + b"}", proto.TOO_LARGE),
+    ],
+)
+def test_bad_requests_have_codes(line: bytes, code: str) -> None:
+    with pytest.raises(proto.ProtocolError) as info:
+        proto.parse_request(line)
+    assert info.value.code == code
+
+
+def test_error_keeps_the_request_id_when_known() -> None:
+    with pytest.raises(proto.ProtocolError) as info:
+        proto.parse_request(_line({"v": 1, "id": "abc", "op": "nope"}))
+    assert info.value.request_id == "abc"
+
+
+def test_watch_args() -> None:
+    assert proto.watch_args({}) == (1.0, None)
+    assert proto.watch_args({"interval": 0.5, "count": 3}) == (0.5, 3)
+    for bad in ({"interval": 0}, {"interval": "1s"}, {"count": 0}, {"count": True}, {"every": 1}):
+        with pytest.raises(ValueError):
+            proto.watch_args(bad)
+
+
+def test_version_negotiation() -> None:
+    assert proto.hello_versions({"versions": [1, 5]}) == 1
+    with pytest.raises(proto.ProtocolError) as info:
+        proto.hello_versions({"versions": [2, 3]})
+    assert info.value.code == proto.UNSUPPORTED_VERSION
+
+
+def test_messages_round_trip() -> None:
+    assert proto.parse_message(proto.reply(3, {"a": 1})) == proto.Message(3, True, {"a": 1})
+    err = proto.parse_message(proto.error(None, proto.TOO_LARGE, "big"))
+    assert (err.ok, err.error_code, err.error_message) == (False, proto.TOO_LARGE, "big")
+    ev = proto.parse_message(proto.event(4, "sample", 2, {}))
+    assert (ev.event, ev.seq, ev.id) == ("sample", 2, 4)
+
+
+@given(st.binary(max_size=300))
+def test_parse_request_only_raises_protocol_errors(line: bytes) -> None:
+    try:
+        proto.parse_request(line)
+    except proto.ProtocolError:
+        pass
+
+
+@given(st.binary(max_size=300))
+def test_parse_message_only_raises_protocol_errors(line: bytes) -> None:
+    try:
+        proto.parse_message(line)
+    except proto.ProtocolError:
+        pass
