@@ -1,0 +1,669 @@
+"""The simulated node backend: a node built from a sim spec, with NVML's MIG and error semantics.
+
+Figures are a pure function of (seed, simulated time): the clock is injectable, and noise comes
+from hashes of (seed, GPU, workload, time bucket). MIG changes (the only state) are kept in
+memory per backend instance and can be exported and imported as JSON-ready dicts.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+
+from gpuops.core.model import (
+    ComputeInstance,
+    Gpu,
+    GpuInstance,
+    GpuProcess,
+    GpuSample,
+    MigInstanceSample,
+    Node,
+    NodeSample,
+    NotAvailable,
+)
+from gpuops.node.backends.base import Backend, BackendError, BackendUnavailable, MigModeChange
+from gpuops.node.sim import workloads as wl
+from gpuops.node.sim.device import Hardware, SimDevice, hashed_uuid
+from gpuops.node.sim.spec import SimSpec, SpecError, WorkloadSpec, load_spec, resolve_compute_profile
+
+STATE_VERSION = 1
+_HISTORY_STEPS = 10  # minutes of load history behind the temperature
+_HISTORY_STEP = 60.0
+_NOT_SUPPORTED = NotAvailable("NOT_SUPPORTED")
+_LOST = NotAvailable("GPU_IS_LOST")
+
+
+class _Workload:
+    """A workload's runtime binding; the spec's schedule, changeable by start/stop calls."""
+
+    def __init__(self, spec: WorkloadSpec, model: wl.WorkloadModel, epoch: float) -> None:
+        self.spec = spec
+        self.model = model
+        self.start: Optional[float] = None if spec.start is None else epoch + spec.start
+        self.stop: Optional[float] = None if spec.stop is None else epoch + spec.stop
+        self.gpus: Tuple[int, ...] = spec.gpus
+        self.gpu_instance_id: Optional[int] = None
+        self.compute_instance_id: Optional[int] = None
+        self.pids: Tuple[int, ...] = ()
+        self.footprints: Tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class _Proc:
+    workload: _Workload
+    gpu: int
+    pid: int
+    gpu_instance_id: Optional[int]
+    compute_instance_id: Optional[int]
+    activity: wl.Activity
+    footprint: int
+
+
+class SimBackend(Backend):
+    """A simulated node. `spec` is a path, a built-in scenario name or a dict; `sim_spec` is what
+    `gpuops agent --sim-spec FILE` passes; neither: the built-in demo node."""
+
+    name = "sim"
+
+    def __init__(
+        self,
+        spec: Optional[Union[str, Dict[str, Any]]] = None,
+        sim_spec: Optional[str] = None,
+        clock: Optional[Callable[[], float]] = None,
+        seed: Optional[int] = None,
+    ) -> None:
+        source = spec if spec is not None else sim_spec
+        label = (
+            source if isinstance(source, str) else ("<dict>" if source is not None else "builtin:demo-node")
+        )
+        try:
+            self._spec = load_spec(source)
+            label = self._spec.source
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+                raise SpecError("seed", "expected an integer, got %r" % (seed,))
+            self._clock: Callable[[], float] = clock if clock is not None else time.time
+            self._seed = seed if seed is not None else self._spec.seed
+            self._epoch = self._spec.epoch if self._spec.epoch is not None else float(self._clock())
+            self._lock = threading.RLock()
+            self._layout_ids: Dict[Tuple[int, int], Tuple[int, Tuple[int, ...]]] = {}
+            self._devices = self._build_devices()
+            self._workloads = self._build_workloads()
+        except SpecError as exc:
+            raise BackendUnavailable("sim spec %s: %s" % (label, exc)) from None
+        self._closed = False
+
+    # ---- construction ---------------------------------------------------------------------
+    def _build_devices(self) -> List[SimDevice]:
+        spec = self._spec
+        devices = []
+        for g in spec.gpus:
+            uuid = hashed_uuid("GPU", spec.hostname, self._seed, g.index, g.hardware.key)
+            device = SimDevice(
+                index=g.index,
+                hardware=g.hardware,
+                uuid=uuid,
+                driver_version=spec.driver_version,
+                owner=g.owner,
+                mig_enabled=g.mig_enabled,
+                mig_pending=g.mig_pending,
+                lost=g.lost,
+                unsupported=g.unsupported,
+            )
+            for i, entry in enumerate(g.layout):
+                model = g.hardware.mig
+                assert model is not None
+                try:
+                    profile = model.profile(entry.profile)
+                    gi = device.create_gpu_instance(profile.id, entry.start)
+                    ci_ids = []
+                    wanted = entry.compute_instances or (device.default_compute_profile(gi.id),)
+                    for j, ci in enumerate(wanted):
+                        cp = resolve_compute_profile(profile, ci)
+                        if cp is None:  # pragma: no cover - the loader checked it
+                            raise SpecError("%s.compute_instances[%d]" % (entry.path, j), "unknown profile")
+                        try:
+                            ci_ids.append(device.create_compute_instance(gi.id, cp).id)
+                        except BackendError as exc:
+                            raise SpecError("%s.compute_instances[%d]" % (entry.path, j), str(exc)) from None
+                except BackendError as exc:
+                    raise SpecError(entry.path, str(exc)) from None
+                except (KeyError, ValueError, TypeError) as exc:  # pragma: no cover - checked by the loader
+                    raise SpecError(entry.path, "bad profile: %s" % exc) from None
+                self._layout_ids[(g.index, i)] = (gi.id, tuple(ci_ids))
+            devices.append(device)
+        return devices
+
+    def _build_workloads(self) -> List[_Workload]:
+        out = []
+        used_pids: Set[int] = set()
+        layout = self._layout_ids
+        for spec in self._spec.workloads:
+            model = wl.MODELS[spec.kind]
+            w = _Workload(spec, model, self._epoch)
+            if spec.instance is not None:
+                gi_id, ci_ids = layout[(spec.gpus[0], spec.instance)]
+                w.gpu_instance_id = gi_id
+                w.compute_instance_id = (
+                    ci_ids[spec.compute_instance] if spec.compute_instance < len(ci_ids) else None
+                )
+            w.pids = self._pids_for(spec, len(spec.gpus), used_pids)
+            w.footprints = tuple(self._footprint(w, g) for g in spec.gpus)
+            out.append(w)
+        return out
+
+    def _pids_for(self, spec: WorkloadSpec, count: int, used: Set[int]) -> Tuple[int, ...]:
+        pid = 2000 + int(wl.noise(self._seed, self._spec.hostname, "pid", spec.name) * 3000000)
+        pids = []
+        for _ in range(max(count, 1)):
+            while pid in used:
+                pid += 7
+            used.add(pid)
+            pids.append(pid)
+            pid += 1
+        return tuple(pids)
+
+    def _footprint(self, w: _Workload, gpu: int) -> int:
+        device = self._devices[gpu]
+        if w.gpu_instance_id is not None:
+            total = device.gpu_instance_memory_bytes(w.gpu_instance_id)
+        else:
+            total = device.hardware.memory_total_bytes
+        return w.spec.memory.on(total, w.model.default_memory)
+
+    # ---- the spec and its people -----------------------------------------------------------
+    @property
+    def spec(self) -> SimSpec:
+        return self._spec
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    @property
+    def epoch(self) -> float:
+        return self._epoch
+
+    def users(self) -> Dict[str, int]:
+        return dict(self._spec.users)
+
+    def tenants(self) -> Dict[str, Tuple[str, ...]]:
+        return dict(self._spec.tenants)
+
+    def device(self, gpu: int) -> SimDevice:
+        """The simulated device (for tests and the fleet layer); INVALID_ARGUMENT when absent."""
+        if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < len(self._devices):
+            raise BackendError("INVALID_ARGUMENT", "no GPU %r on %s" % (gpu, self._spec.hostname))
+        return self._devices[gpu]
+
+    # ---- time and workload state -----------------------------------------------------------
+    def now(self) -> float:
+        return float(self._clock())
+
+    def _lost(self, gpu: int, t: float) -> bool:
+        device = self._devices[gpu]
+        lost_at = self._spec.gpus[gpu].lost_at
+        return device.lost or (lost_at is not None and t >= self._epoch + lost_at)
+
+    def _state(self, w: _Workload, t: float) -> str:
+        if w.start is None or t < w.start or not w.gpus:
+            return wl.PENDING
+        if w.stop is not None and t >= w.stop:
+            return wl.DONE
+        for g in w.gpus:
+            device = self._devices[g]
+            if self._lost(g, t):
+                return wl.BLOCKED
+            if w.gpu_instance_id is None:
+                if device.mig_current:
+                    return wl.BLOCKED
+            elif w.compute_instance_id is None or not device.has_compute_instance(
+                w.gpu_instance_id, w.compute_instance_id
+            ):
+                return wl.BLOCKED
+        return wl.RUNNING
+
+    def _processes(self, t: float, gpu: Optional[int] = None) -> List[_Proc]:
+        procs = []
+        utc = self._spec.utc_offset
+        for w in self._workloads:
+            if gpu is not None and gpu not in w.gpus:
+                continue
+            if self._state(w, t) != wl.RUNNING:
+                continue
+            assert w.start is not None
+            for i, g in enumerate(w.gpus):
+                if gpu is not None and g != gpu:
+                    continue
+                moment = wl.Moment(self._seed, (w.name, g), t, t - w.start, utc)
+                activity = w.model.activity(moment, w.spec.params)
+                procs.append(
+                    _Proc(
+                        w, g, w.pids[i], w.gpu_instance_id, w.compute_instance_id, activity, w.footprints[i]
+                    )
+                )
+        return procs
+
+    def _busy(self, gpu: int, gi: Optional[int] = None, ci: Optional[int] = None) -> bool:
+        for p in self._processes(self.now(), gpu):
+            if gi is not None and p.gpu_instance_id != gi:
+                continue
+            if ci is not None and p.compute_instance_id != ci:
+                continue
+            return True
+        return False
+
+    def workloads(self, at: Optional[float] = None) -> Tuple[wl.WorkloadStatus, ...]:
+        """Every workload of the spec with its state now (or at `at`): pending, running, done, blocked."""
+        with self._lock:
+            t = self.now() if at is None else float(at)
+            return tuple(
+                wl.WorkloadStatus(
+                    name=w.name,
+                    kind=w.spec.kind,
+                    state=self._state(w, t),
+                    tenant=w.spec.tenant,
+                    user=w.spec.user,
+                    command=w.spec.command,
+                    gpus=w.gpus,
+                    gpu_instance_id=w.gpu_instance_id,
+                    compute_instance_id=w.compute_instance_id,
+                    start=w.start,
+                    stop=w.stop,
+                    pids=w.pids[: len(w.gpus)],
+                    memory_bytes=w.footprints,
+                )
+                for w in self._workloads
+            )
+
+    def _workload(self, name: str) -> _Workload:
+        for w in self._workloads:
+            if w.name == name:
+                return w
+        raise BackendError("NOT_FOUND", "no workload %r on %s" % (name, self._spec.hostname))
+
+    def start_workload(
+        self,
+        name: str,
+        gpus: Optional[Sequence[int]] = None,
+        gpu_instance_id: Optional[int] = None,
+        compute_instance_id: Optional[int] = None,
+        at: Optional[float] = None,
+    ) -> wl.WorkloadStatus:
+        """Start a (queued) workload now or at `at`, optionally on other GPUs or a MIG instance
+        (by GPU-instance and compute-instance id). The pool layer places queued work with this."""
+        with self._lock:
+            w = self._workload(name)
+            t = self.now() if at is None else float(at)
+            if not math.isfinite(t):
+                raise BackendError("INVALID_ARGUMENT", "start time must be finite")
+            if gpus is not None:
+                targets = tuple(gpus)
+                if not targets or len(set(targets)) != len(targets):
+                    raise BackendError("INVALID_ARGUMENT", "gpus must be distinct and not empty")
+                for g in targets:
+                    self.device(g)
+                if gpu_instance_id is not None and len(targets) != 1:
+                    raise BackendError("INVALID_ARGUMENT", "a MIG instance target needs exactly one GPU")
+                w.gpus = targets
+                w.gpu_instance_id = gpu_instance_id
+                w.compute_instance_id = (
+                    compute_instance_id if compute_instance_id is not None or gpu_instance_id is None else 0
+                )
+                w.pids = self._pids_for(w.spec, len(targets), self._pids_in_use(w))
+                w.footprints = tuple(self._footprint(w, g) for g in targets)
+            elif not w.gpus:
+                raise BackendError("INVALID_ARGUMENT", "workload %r has no target: give gpus" % name)
+            duration = w.spec.duration
+            if duration is None and w.spec.start is not None and w.spec.stop is not None:
+                duration = w.spec.stop - w.spec.start
+            w.start = t
+            w.stop = t + duration if duration is not None else None
+            return next(s for s in self.workloads(at=t) if s.name == name)
+
+    def _pids_in_use(self, skip: _Workload) -> Set[int]:
+        return {pid for w in self._workloads if w is not skip for pid in w.pids}
+
+    def stop_workload(self, name: str, at: Optional[float] = None) -> None:
+        """End a workload now (or at `at`), like killing its processes."""
+        with self._lock:
+            w = self._workload(name)
+            t = self.now() if at is None else float(at)
+            w.stop = t
+            if w.start is not None and w.start >= t:
+                w.start = None
+
+    # ---- Backend: inventory and samples ----------------------------------------------------
+    def capabilities(self) -> Tuple[str, ...]:
+        return ("inventory", "sample", "mig-control", "gpu-reset", "workloads")
+
+    def close(self) -> None:
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendError("UNINITIALIZED", "the simulator was closed")
+
+    def inventory(self) -> Node:
+        with self._lock:
+            self._check_open()
+            t = self.now()
+            gpus = []
+            for d in self._devices:
+                lost = self._lost(d.index, t)
+                gpus.append(Gpu(info=d.info(lost), mig=None if lost else d.mig_state(), owner=d.owner))
+            return Node(
+                hostname=self._spec.hostname,
+                backend=self.name,
+                driver_version=self._spec.driver_version,
+                cuda_driver_version=self._spec.cuda_driver_version,
+                gpus=tuple(gpus),
+            )
+
+    def sample(self) -> NodeSample:
+        with self._lock:
+            self._check_open()
+            t = self.now()
+            return NodeSample(
+                hostname=self._spec.hostname,
+                timestamp=t,
+                gpus=tuple(self._sample_gpu(d, t) for d in self._devices),
+            )
+
+    def _load(self, device: SimDevice, procs: Sequence[_Proc]) -> Tuple[float, float, bool]:
+        """(SM load 0-1, memory-bandwidth load 0-1, anything holding memory) of a whole GPU."""
+        if device.mig_current:
+            sm = sum(
+                p.activity.utilization_percent
+                / 100.0
+                * device.gpu_instance_compute_share(p.gpu_instance_id or 0, p.compute_instance_id)
+                for p in procs
+            )
+            mem = sum(
+                p.activity.memory_utilization_percent
+                / 100.0
+                * device.gpu_instance_compute_share(p.gpu_instance_id or 0)
+                for p in procs
+            )
+        else:
+            sm = sum(p.activity.utilization_percent for p in procs) / 100.0
+            mem = sum(p.activity.memory_utilization_percent for p in procs) / 100.0
+        return min(sm, 1.0), min(mem, 1.0), bool(procs)
+
+    def _sample_gpu(self, device: SimDevice, t: float) -> Gpu:
+        if self._lost(device.index, t):
+            sample = GpuSample(t, _LOST, _LOST, _LOST, _LOST, _LOST, _LOST, _LOST, _LOST)
+            return Gpu(info=device.info(True), mig=None, sample=sample, owner=device.owner)
+        hw = device.hardware
+        procs = self._processes(t, device.index)
+        memory = self._allocate(device, procs)
+        processes = tuple(self._process(device, p, memory[i]) for i, p in enumerate(procs))
+        sm, mem, holding = self._load(device, procs)
+        history = [self._power(device, t, sm, holding)]
+        for step in range(1, _HISTORY_STEPS + 1):
+            past = t - step * _HISTORY_STEP
+            psm, _pmem, pholding = self._load(device, self._processes(past, device.index))
+            history.append(self._power(device, past, psm, pholding))
+        temperature = self._temperature(device, t, history)
+        unsupported = device.unsupported
+        used = sum(memory)
+        mig_samples: Tuple[MigInstanceSample, ...] = ()
+        if device.mig_current:
+            per_gi: Dict[int, int] = {}
+            for i, p in enumerate(procs):
+                per_gi[p.gpu_instance_id or 0] = per_gi.get(p.gpu_instance_id or 0, 0) + memory[i]
+            mig_samples = tuple(
+                MigInstanceSample(
+                    gpu_instance_id=gi.id,
+                    memory_used_bytes=_NOT_SUPPORTED if "memory" in unsupported else per_gi.get(gi.id, 0),
+                    memory_total_bytes=_NOT_SUPPORTED if "memory" in unsupported else gi.memory_total_bytes,
+                )
+                for gi in device.gpu_instances()
+            )
+        mig_on = device.mig_current
+
+        def field(name: str, value: Union[int, float]) -> Any:
+            return _NOT_SUPPORTED if name in unsupported else value
+
+        sample = GpuSample(
+            timestamp=t,
+            utilization_gpu_percent=(
+                _NOT_SUPPORTED if mig_on else field("utilization_gpu", round(sm * 100.0, 1))
+            ),
+            utilization_memory_percent=(
+                _NOT_SUPPORTED if mig_on else field("utilization_memory", round(mem * 100.0, 1))
+            ),
+            memory_used_bytes=field("memory", used),
+            memory_total_bytes=field("memory", hw.memory_total_bytes),
+            power_watts=field("power", round(history[0], 2)),
+            temperature_celsius=field("temperature", float(round(temperature))),
+            sm_clock_mhz=field("sm_clock", self._sm_clock(hw, sm, temperature)),
+            memory_clock_mhz=field(
+                "memory_clock", hw.memory_clock_mhz if holding else hw.idle_memory_clock_mhz
+            ),
+        )
+        return Gpu(
+            info=device.info(),
+            mig=device.mig_state(),
+            sample=sample,
+            mig_samples=mig_samples,
+            processes=processes,
+            owner=device.owner,
+        )
+
+    def _allocate(self, device: SimDevice, procs: Sequence[_Proc]) -> List[int]:
+        """Memory each process holds, earliest first; a target never holds more than it has."""
+        free: Dict[Optional[int], int] = {}
+        out = [0] * len(procs)
+        order = sorted(
+            range(len(procs)), key=lambda i: (procs[i].workload.start or 0.0, procs[i].workload.name)
+        )
+        for i in order:
+            p = procs[i]
+            key = p.gpu_instance_id if device.mig_current else None
+            if key not in free:
+                free[key] = (
+                    device.gpu_instance_memory_bytes(key)
+                    if key is not None
+                    else device.hardware.memory_total_bytes
+                )
+            want = int(p.footprint * wl.clamp(p.activity.memory_fraction, 0.0, 1.0))
+            want -= want % (1024 * 1024)  # the driver hands out whole MiB
+            got = min(want, free[key])
+            free[key] -= got
+            out[i] = got
+        return out
+
+    def _process(self, device: SimDevice, p: _Proc, memory: int) -> GpuProcess:
+        w = p.workload
+        on_mig = device.mig_current and p.gpu_instance_id is not None
+        return GpuProcess(
+            pid=p.pid,
+            used_memory_bytes=_NOT_SUPPORTED if "process_memory" in device.unsupported else memory,
+            user=w.spec.user,
+            command=w.spec.command,
+            gpu_instance_id=p.gpu_instance_id if on_mig else None,
+            compute_instance_id=p.compute_instance_id if on_mig else None,
+            tenant=w.spec.tenant if w.spec.limiter else None,
+            tenant_source="limiter" if w.spec.limiter and w.spec.tenant else "",
+        )
+
+    def _power(self, device: SimDevice, t: float, load: float, holding: bool) -> float:
+        hw = device.hardware
+        span = hw.power_limit_watts - hw.idle_watts
+        wobble = wl.smooth_noise(self._seed, ("power", device.index), t, 4.0)
+        watts = hw.idle_watts * (0.97 + 0.06 * wobble)
+        if load > 0:
+            watts += span * (load**0.85) * (0.9 + 0.1 * wobble)
+        if holding:
+            watts += 0.03 * span  # a context keeps the GPU out of its deepest idle state
+        return min(watts, hw.power_limit_watts)
+
+    def _temperature(self, device: SimDevice, t: float, history: Sequence[float]) -> float:
+        """Die temperature follows power with a lag of a few minutes (a weighted past)."""
+        hw = device.hardware
+        weights = [math.exp(-i / 3.0) for i in range(len(history))]
+        avg = sum(w * p for w, p in zip(weights, history)) / sum(weights)
+        ambient = 25.0 + 3.0 * wl.noise(self._seed, "ambient", device.index)
+        jitter = wl.smooth_noise(self._seed, ("temp", device.index), t, 30.0) - 0.5
+        return ambient + 48.0 * avg / hw.power_limit_watts + jitter
+
+    @staticmethod
+    def _sm_clock(hw: Hardware, load: float, temperature: float) -> int:
+        if load <= 0.0:
+            return hw.idle_sm_clock_mhz
+        clock = hw.idle_sm_clock_mhz + (hw.max_sm_clock_mhz - hw.idle_sm_clock_mhz) * min(1.0, load * 4.0)
+        if temperature > 80.0:
+            clock -= (temperature - 80.0) * 15.0
+        clock = max(float(hw.idle_sm_clock_mhz), min(float(hw.max_sm_clock_mhz), clock))
+        return int(clock // 15 * 15)
+
+    # ---- Backend: MIG control ---------------------------------------------------------------
+    def _mig_device(self, gpu: int) -> SimDevice:
+        self._check_open()
+        device = self.device(gpu)
+        if self._lost(gpu, self.now()):
+            raise BackendError("GPU_IS_LOST", "GPU %d has fallen off the bus" % gpu)
+        return device
+
+    def set_mig_mode(self, gpu: int, enabled: bool) -> MigModeChange:
+        with self._lock:
+            device = self._mig_device(gpu)
+            return device.set_mig_mode(enabled, busy=self._busy(gpu))
+
+    def reset_gpu(self, gpu: int) -> None:
+        with self._lock:
+            device = self._mig_device(gpu)
+            device.reset(busy=self._busy(gpu))
+
+    def create_gpu_instance(self, gpu: int, profile_id: int, start: Optional[int] = None) -> GpuInstance:
+        with self._lock:
+            return self._mig_device(gpu).create_gpu_instance(profile_id, start)
+
+    def destroy_gpu_instance(self, gpu: int, gpu_instance_id: int) -> None:
+        with self._lock:
+            device = self._mig_device(gpu)
+            device.destroy_gpu_instance(gpu_instance_id, busy=self._busy(gpu, gi=gpu_instance_id))
+
+    def create_compute_instance(
+        self, gpu: int, gpu_instance_id: int, profile_id: int, start: Optional[int] = None
+    ) -> ComputeInstance:
+        with self._lock:
+            return self._mig_device(gpu).create_compute_instance(gpu_instance_id, profile_id, start)
+
+    def destroy_compute_instance(self, gpu: int, gpu_instance_id: int, compute_instance_id: int) -> None:
+        with self._lock:
+            device = self._mig_device(gpu)
+            device.destroy_compute_instance(
+                gpu_instance_id,
+                compute_instance_id,
+                busy=self._busy(gpu, gi=gpu_instance_id, ci=compute_instance_id),
+            )
+
+    # ---- state export / import --------------------------------------------------------------
+    def export_state(self) -> Dict[str, Any]:
+        """MIG state of every GPU and each workload's binding, as JSON-ready data."""
+        with self._lock:
+            return {
+                "version": STATE_VERSION,
+                "hostname": self._spec.hostname,
+                "seed": self._seed,
+                "epoch": self._epoch,
+                "devices": [d.export_state() for d in self._devices],
+                "workloads": {
+                    w.name: {
+                        "start": w.start,
+                        "stop": w.stop,
+                        "gpus": list(w.gpus),
+                        "gpu_instance_id": w.gpu_instance_id,
+                        "compute_instance_id": w.compute_instance_id,
+                        "pids": list(w.pids),
+                    }
+                    for w in self._workloads
+                },
+            }
+
+    def import_state(self, data: Mapping[str, Any]) -> None:
+        """Restore what `export_state` wrote (same spec); ValueError if it does not fit, and
+        then nothing changes."""
+        with self._lock:
+            if not isinstance(data, Mapping) or data.get("version") != STATE_VERSION:
+                raise ValueError("state: expected a version %d state object" % STATE_VERSION)
+            if data.get("hostname") != self._spec.hostname:
+                raise ValueError(
+                    "state: it belongs to host %r, not %r" % (data.get("hostname"), self._spec.hostname)
+                )
+            devices = data.get("devices")
+            if not isinstance(devices, list) or len(devices) != len(self._devices):
+                raise ValueError("state: expected %d devices" % len(self._devices))
+            saved = [d.export_state() for d in self._devices]
+            try:
+                for device, item in zip(self._devices, devices):
+                    if not isinstance(item, Mapping):
+                        raise ValueError("state: device entries must be objects")
+                    device.import_state(item)
+                bindings = self._parse_bindings(data.get("workloads", {}))
+            except ValueError:
+                for device, item in zip(self._devices, saved):
+                    device.import_state(item)
+                raise
+            for w in self._workloads:
+                if w.name in bindings:
+                    w.start, w.stop, w.gpus, w.gpu_instance_id, w.compute_instance_id, w.pids = bindings[
+                        w.name
+                    ]
+                    w.footprints = tuple(self._footprint(w, g) for g in w.gpus)
+            epoch = data.get("epoch")
+            if isinstance(epoch, (int, float)) and not isinstance(epoch, bool) and math.isfinite(epoch):
+                self._epoch = float(epoch)
+
+    def _parse_bindings(self, value: Any) -> Dict[str, Tuple[Any, ...]]:
+        if not isinstance(value, Mapping):
+            raise ValueError("state: workloads must be an object")
+        known = {w.name for w in self._workloads}
+        out: Dict[str, Tuple[Any, ...]] = {}
+
+        def opt_number(v: Any, what: str) -> Optional[float]:
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError("state: %s must be a number or null" % what)
+            return float(v)
+
+        def opt_int(v: Any, what: str) -> Optional[int]:
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError("state: %s must be an integer or null" % what)
+            return v
+
+        for name, item in value.items():
+            if name not in known or not isinstance(item, Mapping):
+                raise ValueError("state: unknown workload %r" % (name,))
+            gpus = item.get("gpus", [])
+            pids = item.get("pids", [])
+            if not isinstance(gpus, list) or not all(
+                isinstance(g, int) and not isinstance(g, bool) and 0 <= g < len(self._devices) for g in gpus
+            ):
+                raise ValueError("state: workload %r: bad gpus" % name)
+            if (
+                not isinstance(pids, list)
+                or len(pids) < len(gpus)
+                or not all(isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in pids)
+            ):
+                raise ValueError("state: workload %r: bad pids" % name)
+            out[name] = (
+                opt_number(item.get("start"), "start"),
+                opt_number(item.get("stop"), "stop"),
+                tuple(gpus),
+                opt_int(item.get("gpu_instance_id"), "gpu_instance_id"),
+                opt_int(item.get("compute_instance_id"), "compute_instance_id"),
+                tuple(pids),
+            )
+        return out

@@ -1,0 +1,280 @@
+"""Workload models of the simulator: how busy a process keeps its GPU at a given moment.
+
+Each model is a pure function of (seed, workload key, simulated time): no global random
+generator, no state. Noise comes from a hash of the seed, the workload and a time bucket, so
+two simulators with the same seed report the same figures at the same times.
+
+The models follow what GPU fleets look like in public traces: most cards idle or hold memory
+for a stale notebook at 0% utilization, online inference follows the working day, offline
+training saturates its cards for days, notebooks are idle with short bursts.
+
+A new kind is one more `WorkloadModel` subclass added to `MODELS`; the spec loader validates
+its parameters from the class's `params` table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Tuple
+
+DAY = 86400.0
+HOUR = 3600.0
+
+
+def noise(seed: int, *key: object) -> float:
+    """A uniform number in [0, 1) from a hash of the seed and the key; the same key, the same number."""
+    text = "\x1f".join(str(part) for part in (seed, *key))
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 18446744073709551616.0
+
+
+def smooth_noise(seed: int, key: Tuple[object, ...], t: float, period: float) -> float:
+    """Value noise in [0, 1): hashed values at each `period` bucket, eased between buckets."""
+    x = t / period
+    bucket = math.floor(x)
+    frac = x - bucket
+    frac = frac * frac * (3.0 - 2.0 * frac)
+    a = noise(seed, *key, int(bucket))
+    b = noise(seed, *key, int(bucket) + 1)
+    return a + (b - a) * frac
+
+
+def clamp(value: float, low: float, high: float) -> float:
+    return max(low, min(high, value))
+
+
+def local_hour(t: float, utc_offset: float) -> float:
+    """Hour of the day (0 <= h < 24) at simulated time t for a site `utc_offset` seconds east of UTC."""
+    return ((t + utc_offset) % DAY) / HOUR
+
+
+def is_weekend(t: float, utc_offset: float) -> bool:
+    """1970-01-01 was a Thursday; Saturday and Sunday count as weekend."""
+    day = math.floor((t + utc_offset) / DAY)
+    return (day + 3) % 7 >= 5
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tunable of a workload model. `unit` says how the spec writes it:
+    "percent" (0-100, "30%" or 30), "duration" ("30m", seconds), "hour" (0-24), "fraction" (0-1)."""
+
+    name: str
+    unit: str
+    default: float
+    help: str
+
+
+@dataclass(frozen=True)
+class Moment:
+    """Where a workload is at one instant."""
+
+    seed: int
+    key: Tuple[object, ...]  # identifies the workload (and GPU) for noise
+    t: float  # simulated time, seconds since the epoch
+    running_for: float  # seconds since the workload started
+    utc_offset: float  # site's offset east of UTC, seconds
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What a process does to its GPU (or MIG instance) at one instant."""
+
+    utilization_percent: float  # share of the SMs it keeps busy, 0-100
+    memory_fraction: float  # share of its memory footprint held now, 0-1
+    memory_utilization_percent: float  # memory-bandwidth utilization, 0-100
+
+
+class WorkloadModel:
+    """Base of the workload models; subclasses set the class attributes and `activity`."""
+
+    kind = "abstract"
+    description = ""
+    default_command = "python"
+    default_memory = 0.2  # share of the target's memory held when the spec gives no size
+    params: Tuple[Param, ...] = ()
+
+    def defaults(self) -> Dict[str, float]:
+        return {p.name: p.default for p in self.params}
+
+    def activity(self, moment: Moment, params: Mapping[str, float]) -> Activity:
+        raise NotImplementedError
+
+
+def _jitter(moment: Moment, name: str, period: float, amplitude: float) -> float:
+    """Smooth noise centred on 0 in [-amplitude, amplitude]."""
+    return (smooth_noise(moment.seed, (*moment.key, name), moment.t, period) - 0.5) * 2.0 * amplitude
+
+
+def _warmup(moment: Moment, seconds: float) -> float:
+    """0 at start, 1 after `seconds`: a process loading its model and allocating memory."""
+    if seconds <= 0:
+        return 1.0
+    return clamp(moment.running_for / seconds, 0.0, 1.0)
+
+
+class Idle(WorkloadModel):
+    """A process that holds memory and does nothing: a forgotten notebook kernel, a dead server."""
+
+    kind = "idle"
+    description = "holds memory at 0% utilization (stale notebook kernel)"
+    default_command = "/opt/conda/bin/python -m ipykernel_launcher -f /tmp/kernel.json"
+    default_memory = 0.1
+
+    def activity(self, moment: Moment, params: Mapping[str, float]) -> Activity:
+        return Activity(0.0, 1.0, 0.0)
+
+
+class Inference(WorkloadModel):
+    """An online model server: load follows requests, which follow the working day."""
+
+    kind = "inference"
+    description = "online inference: diurnal load peaking in working hours, steady memory"
+    default_command = "python -m vllm.entrypoints.openai.api_server --model /models/llm"
+    default_memory = 0.6
+    params = (
+        Param("peak_util", "percent", 85.0, "utilization at the daily peak"),
+        Param("night_util", "percent", 6.0, "utilization in the middle of the night"),
+        Param("peak_hour", "hour", 14.0, "local hour of the daily peak"),
+        Param("spread_hours", "number", 3.5, "width of the daily bump, hours"),
+        Param("weekend_factor", "fraction", 0.45, "share of the weekday load seen at weekends"),
+    )
+
+    def load(self, moment: Moment, params: Mapping[str, float]) -> float:
+        """Request load in [0, 1] of the peak, before noise."""
+        hour = local_hour(moment.t, moment.utc_offset)
+        distance = abs(hour - params["peak_hour"])
+        distance = min(distance, 24.0 - distance)
+        spread = max(params["spread_hours"], 0.25)
+        bump = math.exp(-0.5 * (distance / spread) ** 2)
+        if is_weekend(moment.t, moment.utc_offset):
+            bump *= params["weekend_factor"]
+        return bump
+
+    def activity(self, moment: Moment, params: Mapping[str, float]) -> Activity:
+        night = params["night_util"]
+        peak = max(params["peak_util"], night)
+        base = night + (peak - night) * self.load(moment, params)
+        # Requests arrive in waves of a minute or so, with second-scale jitter on top.
+        wave = _jitter(moment, "wave", 60.0, 0.12) + _jitter(moment, "req", 5.0, 0.06)
+        util = clamp(base * (1.0 + wave), 0.0, 100.0) * _warmup(moment, 120.0)
+        memory = 0.96 + 0.04 * (util / 100.0)  # weights plus a KV cache that breathes a little
+        return Activity(util, memory * max(_warmup(moment, 90.0), 0.3), util * 0.45)
+
+
+class Training(WorkloadModel):
+    """An offline training job: saturates its GPU for days, memory high and steady."""
+
+    kind = "training"
+    description = "offline training: 90-100% utilization, high steady memory, long-running"
+    default_command = "python train.py --config configs/train.yaml"
+    default_memory = 0.85
+    params = (
+        Param("util", "percent", 96.0, "mean utilization while stepping"),
+        Param("checkpoint_every", "duration", 0.0, "seconds between checkpoints (0: none)"),
+        Param("checkpoint_seconds", "duration", 45.0, "how long a checkpoint stalls the GPU"),
+        Param("checkpoint_util", "percent", 20.0, "utilization while checkpointing"),
+    )
+
+    def activity(self, moment: Moment, params: Mapping[str, float]) -> Activity:
+        warm = _warmup(moment, 60.0)
+        mean = params["util"]
+        util = clamp(mean + _jitter(moment, "step", 7.0, 3.0), min(90.0, mean), 100.0)
+        every = params["checkpoint_every"]
+        if every > 0 and moment.running_for >= every:
+            phase = moment.running_for % every
+            if phase < params["checkpoint_seconds"]:
+                util = params["checkpoint_util"] + _jitter(moment, "ckpt", 5.0, 5.0)
+        util = clamp(util, 0.0, 100.0)
+        if warm < 1.0:
+            util *= warm
+        return Activity(util, 0.1 + 0.9 * warm, util * 0.6)
+
+
+class Notebook(WorkloadModel):
+    """An interactive notebook: idle most of the time, with short bursts when someone runs a cell."""
+
+    kind = "notebook"
+    description = "interactive notebook: mostly idle, short bursts, memory held throughout"
+    default_command = "/opt/conda/bin/python -m ipykernel_launcher -f /tmp/kernel.json"
+    default_memory = 0.25
+    params = (
+        Param("burst_probability", "fraction", 0.12, "share of time buckets with a burst"),
+        Param("burst_util", "percent", 75.0, "mean utilization in a burst"),
+        Param("bucket", "duration", 300.0, "length of a time bucket, seconds"),
+        Param("working_hours_only", "fraction", 1.0, "1: bursts only between 08:00 and 20:00"),
+    )
+
+    def activity(self, moment: Moment, params: Mapping[str, float]) -> Activity:
+        hour = local_hour(moment.t, moment.utc_offset)
+        daytime = 8.0 <= hour < 20.0 and not is_weekend(moment.t, moment.utc_offset)
+        if params["working_hours_only"] >= 0.5 and not daytime:
+            return Activity(0.0, 1.0, 0.0)
+        bucket_len = max(params["bucket"], 1.0)
+        bucket = math.floor(moment.t / bucket_len)
+        if noise(moment.seed, *moment.key, "burst", bucket) >= params["burst_probability"]:
+            return Activity(0.0, 1.0, 0.0)
+        # A burst covers part of its bucket: a cell that runs for a while, then the user reads.
+        length = 0.3 + 0.6 * noise(moment.seed, *moment.key, "len", bucket)
+        if (moment.t / bucket_len - bucket) > length:
+            return Activity(0.0, 1.0, 0.0)
+        util = clamp(params["burst_util"] + _jitter(moment, "burst", 3.0, 20.0), 5.0, 100.0)
+        return Activity(util, 1.0, util * 0.4)
+
+
+class Steady(WorkloadModel):
+    """A process at a constant utilization: benchmarks, tests, and specs that want exact figures."""
+
+    kind = "steady"
+    description = "constant utilization (benchmarks, tests)"
+    default_command = "python bench.py"
+    default_memory = 0.3
+    params = (
+        Param("util", "percent", 50.0, "utilization"),
+        Param("jitter", "percent", 0.0, "+/- noise around it"),
+        Param("memory_util", "percent", 25.0, "memory-bandwidth utilization"),
+    )
+
+    def activity(self, moment: Moment, params: Mapping[str, float]) -> Activity:
+        util = params["util"]
+        if params["jitter"] > 0:
+            util += _jitter(moment, "steady", 5.0, params["jitter"])
+        return Activity(clamp(util, 0.0, 100.0), 1.0, params["memory_util"])
+
+
+MODELS: Dict[str, WorkloadModel] = {
+    model.kind: model for model in (Idle(), Inference(), Training(), Notebook(), Steady())
+}
+
+
+def get_model(kind: str) -> Optional[WorkloadModel]:
+    return MODELS.get(kind)
+
+
+# Workload states, as `SimBackend.workloads()` reports them.
+PENDING = "pending"  # queued: not started yet (start time ahead, or no start time at all)
+RUNNING = "running"
+DONE = "done"  # its stop time has passed
+BLOCKED = "blocked"  # due, but its GPU or MIG instance is missing (MIG mode changed, instance gone)
+STATES = (PENDING, RUNNING, DONE, BLOCKED)
+
+
+@dataclass(frozen=True)
+class WorkloadStatus:
+    """A workload's schedule and where it stands now (the fleet and pool layers build on this)."""
+
+    name: str
+    kind: str
+    state: str
+    tenant: Optional[str]
+    user: str
+    command: str
+    gpus: Tuple[int, ...]
+    gpu_instance_id: Optional[int]
+    compute_instance_id: Optional[int]
+    start: Optional[float]  # absolute simulated time; None while queued without a start
+    stop: Optional[float]
+    pids: Tuple[int, ...]
+    memory_bytes: Tuple[int, ...]  # the footprint asked for on each target
