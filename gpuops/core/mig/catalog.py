@@ -476,7 +476,7 @@ _H100_80GB = MigModel(
 # from a public `nvidia-smi mig -lgip` transcript (driver 570.169); placements are [inf].
 _H100_PCIE = MigModel(
     key="H100-PCIE-80GB",
-    aliases=("H100-PCIE", "H100-PCIE-80GB", "H100-80GB-PCIE"),
+    aliases=("H100-PCIE", "H100-80GB-PCIE"),
     nvml_names=("NVIDIA H100 PCIe",),
     pci_device_ids=(0x233110DE,),
     architecture="hopper",
