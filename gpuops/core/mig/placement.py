@@ -280,28 +280,36 @@ def _explain(
         best = found
         k += 1
     stuck = order[k]
-    placed = [str(_make(p, s)) for p, s in pinned] + [str(_make(p, s)) for p, s in zip(order[:k], best)]
-    if k == 0 and not placed:  # pragma: no cover - totals fit, so one instance fits an empty GPU
-        return "no free placement for %s (%s)" % (stuck.name, _starts(stuck))
+    pins = [str(_make(p, s)) for p, s in pinned]
+    mine = [str(_make(p, s)) for p, s in zip(order[:k], best)]
     if k == 0:
+        if not pins:  # pragma: no cover - totals fit, so one instance fits an empty GPU
+            return "no free placement for %s (%s)" % (stuck.name, _starts(stuck))
         return "no free placement for %s (%s) once %s %s placed" % (
             stuck.name,
             _starts(stuck),
-            _listing(placed),
-            "is" if len(placed) == 1 else "are",
+            _listing(pins),
+            "is" if len(pins) == 1 else "are",
         )
-    together = [p.name for p in order[: k + 1]]
-    around = " around %s" % _listing([str(_make(p, s)) for p, s in pinned]) if pinned else ""
-    return (
-        "%s do not fit together%s in any arrangement: e.g. once %s are placed, %s (%s) has no free start"
-        % (
-            " + ".join(together),
-            around,
-            _listing(placed),
-            stuck.name,
-            _starts(stuck),
-        )
+    around = " around %s" % _listing(pins) if pins else ""
+    return "no arrangement of %s fits%s: e.g. once %s %s placed%s, %s (%s) has no free start" % (
+        _grouped(order[: k + 1]),
+        around,
+        _listing(mine),
+        "is" if len(mine) == 1 else "are",
+        " too" if pins else "",
+        stuck.name,
+        _starts(stuck),
     )
+
+
+def _grouped(profiles: Sequence[GpuInstanceProfile]) -> str:
+    """Profile names in canonical order, repeats as a count: 3g.20gb, 2g.10gb x2."""
+    counts: Dict[str, int] = {}
+    for p in profiles:
+        counts[p.name] = counts.get(p.name, 0) + 1
+    uniq = sorted({p.name: p for p in profiles}.values(), key=_order_key)
+    return ", ".join(p.name if counts[p.name] == 1 else "%s x%d" % (p.name, counts[p.name]) for p in uniq)
 
 
 def _resolve_fixed(
