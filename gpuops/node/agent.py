@@ -142,10 +142,13 @@ class Agent:
         except (ConnectionError, BrokenPipeError):
             pass
         finally:
-            for watch in list(self._watches.values()):
+            # The client is gone or done: answer what was already asked, end the streams.
+            watches = list(self._watches.values())
+            for watch in watches:
                 watch.cancel()
-            if self._tasks:
-                await asyncio.wait(list(self._tasks), timeout=5)
+            pending = list(self._tasks) + watches
+            if pending:
+                await asyncio.wait(pending, timeout=5)
             self._executor.shutdown(wait=False)
 
     def _request_done(self, slots: asyncio.Semaphore) -> Callable[["asyncio.Task[None]"], None]:

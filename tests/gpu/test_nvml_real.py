@@ -43,7 +43,10 @@ def test_inventory_matches_nvidia_smi() -> None:
 
 def test_discover_local_on_the_real_gpu() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "gpuops", "discover", "--local", "--json"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "gpuops", "discover", "--local", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     document = json.loads(out.stdout)
