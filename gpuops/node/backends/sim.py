@@ -96,6 +96,8 @@ class SimBackend(Backend):
             self._devices = self._build_devices()
             self._workloads = self._build_workloads()
         except SpecError as exc:
+            if not label.isprintable():
+                label = repr(label)
             raise BackendUnavailable("sim spec %s: %s" % (label, exc)) from None
         self._closed = False
 
@@ -113,7 +115,6 @@ class SimBackend(Backend):
                 owner=g.owner,
                 mig_enabled=g.mig_enabled,
                 mig_pending=g.mig_pending,
-                lost=g.lost,
                 unsupported=g.unsupported,
             )
             for i, entry in enumerate(g.layout):
@@ -137,6 +138,7 @@ class SimBackend(Backend):
                 except (KeyError, ValueError, TypeError) as exc:  # pragma: no cover - checked by the loader
                     raise SpecError(entry.path, "bad profile: %s" % exc) from None
                 self._layout_ids[(g.index, i)] = (gi.id, tuple(ci_ids))
+            device.lost = g.lost  # a lost GPU keeps the layout it had when it fell off the bus
             devices.append(device)
         return devices
 

@@ -31,7 +31,7 @@ from gpuops.core.mig.catalog import (
     find_model,
     normalize_model_name,
 )
-from gpuops.core.mig.placement import Placement, check_layout
+from gpuops.core.mig.placement import Placement, check_layout, solve
 from gpuops.core.model import (
     ComputeInstance,
     GpuInfo,
@@ -431,13 +431,17 @@ class SimDevice:
             )
         existing = list(self.placements())
         candidates: Sequence[int] = (start,) if start is not None else tuple(profile.driver_order)
-        reason = ""
+        reasons = []
         for candidate in candidates:
             new = Placement(profile.name, profile.id, candidate, profile.memory_slices)
             result = check_layout(model, [*existing, new])
             if result.ok:
                 return self._gi_model(self._place(model, profile, candidate, None))
-            reason = reason or result.reason
+            reasons.append(result.reason)
+        # A limit that holds wherever the instance goes (count, compute slices, engines) is the
+        # better reason; the solver checks those first.
+        anywhere = solve(model, [profile.id], fixed=existing)
+        reason = anywhere.reason if not anywhere.ok else reasons[0]
         raise BackendError(
             "INSUFFICIENT_RESOURCES",
             "unable to create a GPU instance on %s using profile %d (%s): insufficient resources%s"

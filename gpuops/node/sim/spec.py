@@ -68,7 +68,13 @@ def _fail(path: str, message: str) -> NoReturn:
     raise SpecError(path, message)
 
 
+_KEY_RE = re.compile(r"^[A-Za-z0-9_@-][A-Za-z0-9_.@-]*$")
+
+
 def _join(path: str, key: str) -> str:
+    """`path.key`, or `path["odd key"]` when the key has characters that would garble the path."""
+    if not _KEY_RE.match(key) or len(key) > 64:
+        return "%s[%s]" % (path, json.dumps(key[:64]))
     return "%s.%s" % (path, key) if path else key
 
 
