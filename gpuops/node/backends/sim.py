@@ -305,6 +305,8 @@ class SimBackend(Backend):
             t = self.now() if at is None else float(at)
             if not math.isfinite(t):
                 raise BackendError("INVALID_ARGUMENT", "start time must be finite")
+            if compute_instance_id is not None and gpu_instance_id is None:
+                raise BackendError("INVALID_ARGUMENT", "a compute instance needs its GPU instance")
             if gpus is not None:
                 targets = tuple(gpus)
                 if not targets or len(set(targets)) != len(targets):
@@ -316,7 +318,9 @@ class SimBackend(Backend):
                 w.gpus = targets
                 w.gpu_instance_id = gpu_instance_id
                 w.compute_instance_id = (
-                    compute_instance_id if compute_instance_id is not None or gpu_instance_id is None else 0
+                    None
+                    if gpu_instance_id is None
+                    else (compute_instance_id if compute_instance_id is not None else 0)
                 )
                 w.pids = self._pids_for(w.spec, len(targets), self._pids_in_use(w))
                 w.footprints = tuple(self._footprint(w, g) for g in targets)
