@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -171,6 +172,9 @@ def build_library(missing: Iterable[str] = ()) -> Path:
     obj = base / "fake_nvml.o"
     if not obj.exists():
         _atomic_build(obj, [cc, *CFLAGS, "-c", str(SOURCE)])
+        for old in BUILD_DIR.iterdir():  # builds of earlier versions of the source
+            if old.is_dir() and old.name != digest and len(old.name) == len(digest):
+                shutil.rmtree(old, ignore_errors=True)
     hidden = sorted(set(missing))
     variant = (
         "full" if not hidden else "without-" + hashlib.sha256("\n".join(hidden).encode()).hexdigest()[:12]

@@ -108,7 +108,7 @@ def plain() -> Tuple[Node, NodeSample]:
                     {"pid": 4_194_001, "used_memory": 256 * MiB, "type": "g"},
                 ],
             ),
-            gpu("T4", 1),
+            gpu("T4", 1, processes=[{"pid": ME, "used_memory": 2**64 - 1}]),  # NVML_VALUE_NOT_AVAILABLE
         ],
     }
     return _node_and_sample(config)
@@ -173,7 +173,8 @@ def test_processes_with_users_from_proc(plain: Tuple[Node, NodeSample]) -> None:
         assert ghost.user == "" and ghost.command == ""
     assert ghost.used_memory_bytes == 1 * GiB
     assert by_pid[4_194_001].used_memory_bytes == 256 * MiB  # graphics-only process
-    assert sample.gpus[1].processes == ()
+    (unknown,) = sample.gpus[1].processes
+    assert unknown.pid == ME and unknown.used_memory_bytes == NotAvailable("NOT_SUPPORTED")
 
 
 # ---- MIG ------------------------------------------------------------------------------------
@@ -369,6 +370,39 @@ def test_lost_gpu_still_appears() -> None:
     for i in (0, 2):
         assert _na_fields(_sample_gpu(sample, i)[1]) == {}
         assert sample.gpus[i].info.uuid
+
+
+def test_processes_from_mig_devices_when_the_gpu_will_not_list_them() -> None:
+    denied = {
+        "nvmlDeviceGetComputeRunningProcesses_v3": "NO_PERMISSION",
+        "nvmlDeviceGetGraphicsRunningProcesses_v3": "NO_PERMISSION",
+    }
+    procs = [
+        {"pid": ME, "used_memory": 2 * GiB, "gpu_instance_id": 2, "compute_instance_id": 0},
+        {"pid": 4_194_002, "used_memory": GiB, "gpu_instance_id": 3, "compute_instance_id": 1},
+    ]
+    _, sample = _node_and_sample({"devices": [_mig_h100(errors=denied, processes=procs)]})
+    g, _ = _sample_gpu(sample, 0)
+    got = [(p.pid, p.gpu_instance_id, p.compute_instance_id, p.used_memory_bytes) for p in g.processes]
+    assert sorted(got) == sorted([(ME, 2, 0, 2 * GiB), (4_194_002, 3, 1, GiB)])
+
+
+_FALL_OFF_THE_BUS = "result = pynvml.nvmlLib.fake_nvml_set_lost(0, 1)"
+
+
+def test_gpu_lost_while_running_keeps_its_identity() -> None:
+    config = {"devices": [_mig_h100(processes=[{"pid": ME, "used_memory": GiB}]), gpu("T4", 1)]}
+    ops = [("sample",), ("script", _FALL_OFF_THE_BUS), ("sample",), ("set_mig_mode", 0, False)]
+    out = run_backend(config, ops)[1:]
+    before = out[0].decode(NodeSample).gpus[0]
+    assert _ok(out[1]) == 0
+    after = out[2].decode(NodeSample)
+    g, s = _sample_gpu(after, 0)
+    assert g.info == before.info and g.info.uuid  # identity read before it was lost
+    assert _na_fields(s) == {name: "GPU_IS_LOST" for name in SAMPLE_FIELDS}
+    assert g.mig is None and g.mig_samples == () and g.processes == ()
+    assert _na_fields(_sample_gpu(after, 1)[1]) == {}
+    assert _code(out[3]) == "GPU_IS_LOST"
 
 
 def test_handle_error_and_system_errors() -> None:

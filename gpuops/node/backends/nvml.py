@@ -631,28 +631,44 @@ class NvmlBackend(Backend):
         return tuple(out)
 
     # ---- processes ---------------------------------------------------------------------------
-    def _processes(self, dev: _Device) -> Tuple[GpuProcess, ...]:
-        found: Dict[Tuple[int, int, int], Any] = {}
+    @staticmethod
+    def _process_lists(handle: Any, found: Dict[Tuple[int, int, int], Any], ids: Tuple[int, int]) -> bool:
+        """Add the compute and graphics processes of `handle` to `found`; False if neither list came."""
+        any_ok = False
         for names in (
             ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"),
             ("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2"),
         ):
             got = _Call(error="FUNCTION_NOT_FOUND")
-            for fn_name in names:
+            for fn_name in names:  # _v3 since R510, _v2 before (same structure)
                 fn = getattr(pynvml, fn_name, None)
                 if fn is None:
                     continue
-                got = _call(fn, dev.handle)
+                got = _call(fn, handle)
                 if got.error != "FUNCTION_NOT_FOUND":
                     break
             if not got.ok:
-                continue  # the list cannot be had (e.g. NO_PERMISSION): show what the other gave
+                continue  # this list cannot be had (e.g. NO_PERMISSION): keep what the other gave
+            any_ok = True
             for p in got.value:
-                key = (int(p.pid), int(p.gpuInstanceId), int(p.computeInstanceId))
+                gi, ci = int(p.gpuInstanceId), int(p.computeInstanceId)
+                if gi == NO_ID and ids[0] != NO_ID:  # listed on a MIG device handle
+                    gi, ci = ids
+                key = (int(p.pid), gi, ci)
                 used = p.usedGpuMemory  # None where the driver cannot tell
                 prev = found.get(key)
                 if prev is None or (used is not None and used > prev):
                     found[key] = used  # a C+G process is in both lists: keep the larger figure
+        return any_ok
+
+    def _processes(
+        self, dev: _Device, mig_devices: Dict[Tuple[int, int], _MigDevice]
+    ) -> Tuple[GpuProcess, ...]:
+        found: Dict[Tuple[int, int, int], Any] = {}
+        if not self._process_lists(dev.handle, found, (NO_ID, NO_ID)):
+            # The parent GPU would not list them (e.g. NO_PERMISSION with MIG on): ask each MIG device.
+            for (gi_id, ci_id), mig in sorted(mig_devices.items()):
+                self._process_lists(mig.handle, found, (gi_id, ci_id))
         out: List[GpuProcess] = []
         for (pid, gi, ci), used in sorted(found.items()):
             user, command = self._proc_owner(pid)
@@ -737,7 +753,7 @@ class NvmlBackend(Backend):
                     mig=state,
                     sample=sample,
                     mig_samples=self._mig_samples(state, mig_devices),
-                    processes=self._processes(dev),
+                    processes=self._processes(dev, mig_devices),
                 )
             )
         return NodeSample(hostname=self._hostname, timestamp=started, gpus=tuple(gpus))

@@ -1687,3 +1687,12 @@ EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t h) {
     ci->mig.magic = 0;
     return NVML_SUCCESS;
 }
+
+/* ---- test controls (not NVML) ------------------------------------------------------------ */
+
+/* Make GPU `index` fall off the bus (lost=1) or come back (lost=0) while the process runs. */
+EXPORT int fake_nvml_set_lost(unsigned int index, int lost) {
+    if (index >= (unsigned int)g.n_dev) return NVML_ERROR_INVALID_ARGUMENT;
+    g.dev[index].lost = lost;
+    return NVML_SUCCESS;
+}
