@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Set, Tuple
 
 from gpuops.core.mig.catalog import MODELS as MIG_MODELS
 from gpuops.core.mig.catalog import (
@@ -567,12 +567,6 @@ class SimDevice:
             )
         del gi.cis[ci_id]
 
-    def mig_device_uuid(self, gi_id: int, ci_id: int) -> Optional[str]:
-        gi = self._gis.get(gi_id)
-        if gi is None or ci_id not in gi.cis:
-            return None
-        return gi.cis[ci_id].uuid
-
     # ---- state export / import ------------------------------------------------------------
     def export_state(self) -> Dict[str, Any]:
         return {
@@ -665,14 +659,3 @@ class SimDevice:
         if isinstance(serial, bool) or not isinstance(serial, int) or serial < 0:
             raise ValueError("serial: expected a non-negative integer")
         self.serial = serial
-
-
-def free_memory_slices(device: SimDevice) -> List[int]:
-    """Memory slices no GPU instance holds (for tests and the fleet layer's views)."""
-    model = device.hardware.mig
-    if model is None:
-        return []
-    taken: Set[int] = set()
-    for gi in device.gpu_instances():
-        taken.update(range(gi.start, gi.start + gi.size))
-    return [s for s in range(model.memory_slice_count) if s not in taken]
