@@ -36,8 +36,9 @@ pytest: venv native
 
 test: venv native lint typecheck compat pytest
 
+# Until the fleet and the TUI land, the demo shows one simulated node through the real agent.
 demo: venv native
-	$(BIN)/gpuops demo
+	$(BIN)/gpuops discover --local --backend sim
 
 gpu-test: venv native
 	@if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then \

@@ -145,5 +145,5 @@ def _gpu_row(gpu: Gpu) -> list[str]:
         render.watts(s.power_watts) if s else render.NA,
         render.celsius(s.temperature_celsius) if s else render.NA,
         mig,
-        str(len(gpu.processes)),
+        render.NA if gpu.processes_error else str(len(gpu.processes)),
     ]

@@ -127,6 +127,9 @@ class Gpu:
     sample: Optional[GpuSample] = None
     mig_samples: Tuple[MigInstanceSample, ...] = ()
     processes: Tuple[GpuProcess, ...] = ()
+    # "" when `processes` is the complete list; else the NVML code saying why it could not be read
+    # (an empty list then means "unknown", not "idle").
+    processes_error: str = ""
     owner: Optional[str] = None  # owning team (silo), when the node knows it
 
 

@@ -366,7 +366,7 @@ def test_lost_gpu_still_appears() -> None:
     assert lost.info.uuid == "" and lost.mig is None
     g, s = _sample_gpu(sample, 1)
     assert set(_na_fields(s).values()) == {"GPU_IS_LOST"} and len(_na_fields(s)) == len(SAMPLE_FIELDS)
-    assert g.processes == ()
+    assert g.processes == () and g.processes_error == "GPU_IS_LOST"
     for i in (0, 2):
         assert _na_fields(_sample_gpu(sample, i)[1]) == {}
         assert sample.gpus[i].info.uuid
@@ -385,6 +385,19 @@ def test_processes_from_mig_devices_when_the_gpu_will_not_list_them() -> None:
     g, _ = _sample_gpu(sample, 0)
     got = [(p.pid, p.gpu_instance_id, p.compute_instance_id, p.used_memory_bytes) for p in g.processes]
     assert sorted(got) == sorted([(ME, 2, 0, 2 * GiB), (4_194_002, 3, 1, GiB)])
+    assert g.processes_error == ""
+
+
+def test_a_process_list_nobody_will_give_is_unknown_not_empty() -> None:
+    denied = {
+        "nvmlDeviceGetComputeRunningProcesses_v3": "NO_PERMISSION",
+        "nvmlDeviceGetGraphicsRunningProcesses_v3": "NO_PERMISSION",
+    }
+    procs = [{"pid": ME, "used_memory": GiB}]
+    _, sample = _node_and_sample({"devices": [gpu("T4", 0, errors=denied, processes=procs)]})
+    g, s = _sample_gpu(sample, 0)
+    assert g.processes == () and g.processes_error == "NO_PERMISSION"
+    assert _na_fields(s) == {}  # the rest of the sample survives
 
 
 _FALL_OFF_THE_BUS = "result = pynvml.nvmlLib.fake_nvml_set_lost(0, 1)"

@@ -632,9 +632,13 @@ class NvmlBackend(Backend):
 
     # ---- processes ---------------------------------------------------------------------------
     @staticmethod
-    def _process_lists(handle: Any, found: Dict[Tuple[int, int, int], Any], ids: Tuple[int, int]) -> bool:
-        """Add the compute and graphics processes of `handle` to `found`; False if neither list came."""
+    def _process_lists(handle: Any, found: Dict[Tuple[int, int, int], Any], ids: Tuple[int, int]) -> str:
+        """Add the compute and graphics processes of `handle` to `found`.
+
+        Returns "" if at least one list came, else the NVML code of the failure.
+        """
         any_ok = False
+        failure = "UNKNOWN"
         for names in (
             ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"),
             ("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2"),
@@ -648,6 +652,7 @@ class NvmlBackend(Backend):
                 if got.error != "FUNCTION_NOT_FOUND":
                     break
             if not got.ok:
+                failure = got.error
                 continue  # this list cannot be had (e.g. NO_PERMISSION): keep what the other gave
             any_ok = True
             for p in got.value:
@@ -659,16 +664,18 @@ class NvmlBackend(Backend):
                 prev = found.get(key)
                 if prev is None or (used is not None and used > prev):
                     found[key] = used  # a C+G process is in both lists: keep the larger figure
-        return any_ok
+        return "" if any_ok else failure
 
     def _processes(
         self, dev: _Device, mig_devices: Dict[Tuple[int, int], _MigDevice]
-    ) -> Tuple[GpuProcess, ...]:
+    ) -> Tuple[Tuple[GpuProcess, ...], str]:
+        """The GPU's processes, and "" or the NVML code saying why the list is incomplete."""
         found: Dict[Tuple[int, int, int], Any] = {}
-        if not self._process_lists(dev.handle, found, (NO_ID, NO_ID)):
+        error = self._process_lists(dev.handle, found, (NO_ID, NO_ID))
+        if error and mig_devices:
             # The parent GPU would not list them (e.g. NO_PERMISSION with MIG on): ask each MIG device.
-            for (gi_id, ci_id), mig in sorted(mig_devices.items()):
-                self._process_lists(mig.handle, found, (gi_id, ci_id))
+            errors = [self._process_lists(mig.handle, found, ids) for ids, mig in sorted(mig_devices.items())]
+            error = next((e for e in errors if e), "")
         out: List[GpuProcess] = []
         for (pid, gi, ci), used in sorted(found.items()):
             user, command = self._proc_owner(pid)
@@ -682,7 +689,7 @@ class NvmlBackend(Backend):
                     compute_instance_id=None if ci == NO_ID else ci,
                 )
             )
-        return tuple(out)
+        return tuple(out), error
 
     def _proc_owner(self, pid: int) -> Tuple[str, str]:
         """(unix user, command line) of a process; "" where /proc cannot tell (other PID namespace)."""
@@ -743,17 +750,19 @@ class NvmlBackend(Backend):
             if isinstance(dev, GpuInfo):
                 reason = dev.memory_total_bytes
                 code = reason.reason if isinstance(reason, NotAvailable) else "UNKNOWN"
-                gpus.append(Gpu(info=dev, sample=_na_sample(now, code)))
+                gpus.append(Gpu(info=dev, sample=_na_sample(now, code), processes_error=code))
                 continue
             sample = self._sample(dev, now)
             state, mig_devices = self._mig_state(dev, with_memory=True)
+            processes, processes_error = self._processes(dev, mig_devices)
             gpus.append(
                 Gpu(
                     info=dev.info,
                     mig=state,
                     sample=sample,
                     mig_samples=self._mig_samples(state, mig_devices),
-                    processes=self._processes(dev, mig_devices),
+                    processes=processes,
+                    processes_error=processes_error,
                 )
             )
         return NodeSample(hostname=self._hostname, timestamp=started, gpus=tuple(gpus))
