@@ -20,9 +20,11 @@ venv: $(STAMP)
 native:
 	@if [ -f native/Makefile ]; then $(MAKE) -s -C native; fi
 
+LINTED := $(wildcard gpuops tests bench plugins)
+
 lint: venv
-	$(BIN)/ruff check gpuops tests bench
-	$(BIN)/ruff format --check gpuops tests bench
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 
 typecheck: venv
 	$(BIN)/mypy gpuops/core gpuops/node
