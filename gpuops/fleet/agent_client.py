@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,7 +153,7 @@ class AgentClient:
 
     async def watch(
         self, interval: float, count: int | None = None
-    ) -> AsyncIterator[NodeSample | AgentError]:
+    ) -> AsyncGenerator[NodeSample | AgentError, None]:
         """Samples every `interval` seconds; a failed sample is yielded as an AgentError."""
         request_id = next(self._ids)
         queue: asyncio.Queue[Any] = asyncio.Queue()

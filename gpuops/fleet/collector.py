@@ -1,0 +1,247 @@
+"""The live collector: one persistent agent session per node, and a snapshot of the fleet.
+
+Each node runs in its own task (connect, start the agent, take the inventory, then follow a
+`watch` stream), so a slow, frozen or dead node never delays another. Per node the collector
+keeps the last good data, its age and a state:
+
+- `connecting`: no answer yet since the collector started;
+- `live`: a sample arrived within the last 2 intervals;
+- `stale`: connected, but the last sample is older than 2 intervals;
+- `unreachable`: the connection failed or was dropped, with the reason; the last good data is
+  kept and shown with its age. Retried with exponential backoff (1 s doubling to 30 s, jittered).
+
+A node that stays silent for `silence_limit` (5 intervals, at least 10 s) is disconnected on
+purpose: keepalives alone would take 45 s to notice a frozen host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from gpuops.core.model import Node, NodeSample
+from gpuops.fleet.agent_client import AgentClient, AgentError, Hello
+from gpuops.fleet.remote_agent import AgentLaunch, start_agent
+from gpuops.fleet.ssh import SshError, SshTarget, connect
+
+CONNECTING, LIVE, STALE, UNREACHABLE = "connecting", "live", "stale", "unreachable"
+
+BACKOFF_FIRST = 1.0
+BACKOFF_MAX = 30.0
+MAX_EVENTS = 1000
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """One node as the collector needs it (built from fleet.yaml by fleet/targets.py)."""
+
+    name: str
+    ssh: SshTarget
+    launch: AgentLaunch = field(default_factory=AgentLaunch)
+    owner: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What is known of one node at one moment. Immutable: screens may keep it."""
+
+    name: str
+    address: str
+    state: str = CONNECTING
+    reason: str = ""
+    since: float = 0.0  # wall time when `state` began
+    last_seen: float | None = None  # wall time the last sample arrived
+    hello: Hello | None = None
+    inventory: Node | None = None
+    sample: NodeSample | None = None
+    owner: str | None = None
+
+    def age(self, now: float) -> float | None:
+        return None if self.last_seen is None else max(0.0, now - self.last_seen)
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    time: float
+    node: str
+    kind: str  # "live", "stale", "unreachable", "agent-error"
+    message: str
+
+
+@dataclass(frozen=True)
+class FleetSnapshot:
+    time: float
+    interval: float
+    nodes: tuple[NodeView, ...]
+
+    def count(self, state: str) -> int:
+        return sum(1 for n in self.nodes if n.state == state)
+
+
+class _NodeRecord:
+    """Mutable per-node state, owned by the collector's event loop."""
+
+    def __init__(self, target: NodeTarget) -> None:
+        self.target = target
+        self.view = NodeView(target.name, target.ssh.address, owner=target.owner, since=time.time())
+        self.attempts = 0  # connection attempts that have ended (for discovery)
+
+
+class Collector:
+    def __init__(
+        self,
+        targets: Sequence[NodeTarget],
+        interval: float = 1.0,
+        max_handshakes: int = 64,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.interval = interval
+        self.silence_limit = max(5 * interval, 10.0)
+        self._records = {t.name: _NodeRecord(t) for t in targets}
+        self._handshakes = asyncio.Semaphore(max_handshakes)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._changed = asyncio.Event()
+        self._on_change = on_change
+        self.events: deque[FleetEvent] = deque(maxlen=MAX_EVENTS)
+
+    # ---- public ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for record in self._records.values():
+            self._tasks.append(asyncio.create_task(self._run(record), name=f"node {record.target.name}"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    def snapshot(self, now: float | None = None) -> FleetSnapshot:
+        now = time.time() if now is None else now
+        views = []
+        for record in self._records.values():
+            view = record.view
+            age = view.age(now)
+            if view.state == LIVE and age is not None and age > 2 * self.interval:
+                view = replace(view, state=STALE, reason=f"no sample for {age:.0f}s")
+            views.append(view)
+        return FleetSnapshot(now, self.interval, tuple(views))
+
+    async def wait_changed(self, timeout: float | None = None) -> bool:
+        """Wait until some node's data or state changes; False on timeout."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            return False
+        self._changed.clear()
+        return True
+
+    async def discover(self, timeout: float) -> FleetSnapshot:
+        """Wait until every node has answered once or failed its first attempt (or timeout)."""
+        deadline = time.monotonic() + timeout
+        while not all(r.view.sample is not None or r.attempts > 0 for r in self._records.values()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            await self.wait_changed(min(remaining, 0.5))
+        return self.snapshot()
+
+    # ---- per node ----------------------------------------------------------------------------
+
+    def _update(self, record: _NodeRecord, **changes: object) -> None:
+        old = record.view
+        new = replace(old, **changes)  # type: ignore[arg-type]
+        if new.state != old.state:
+            new = replace(new, since=time.time())
+            if new.state != CONNECTING:
+                message = new.reason or new.state
+                self.events.append(FleetEvent(time.time(), record.target.name, new.state, message))
+        record.view = new
+        self._changed.set()
+        if self._on_change is not None:
+            self._on_change()
+
+    async def _run(self, record: _NodeRecord) -> None:
+        backoff = BACKOFF_FIRST
+        while True:
+            got_data = False
+            try:
+                got_data = await self._session(record)
+                reason = "the agent ended its session"
+            except SshError as exc:
+                reason = exc.message
+            except AgentError as exc:
+                reason = f"agent: {exc.message}"
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one node's surprise must not end its collection
+                reason = f"{type(exc).__name__}: {exc}"
+            record.attempts += 1
+            self._update(record, state=UNREACHABLE, reason=reason)
+            backoff = BACKOFF_FIRST if got_data else min(backoff * 2, BACKOFF_MAX)
+            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
+
+    async def _session(self, record: _NodeRecord) -> bool:
+        """One connection's life; returns whether any data came. Raises why it ended."""
+        target = record.target
+        conn = await connect(target.ssh, self._handshakes)
+        got_data = False
+        try:
+            client, process = await start_agent(conn, target.launch, target.name)
+            try:
+                hello = client.hello
+                if hello is not None and hello.backend_error:
+                    raise AgentError("backend_unavailable", hello.backend_error)
+                inventory = await asyncio.wait_for(client.inventory(), self.silence_limit)
+                self._update(record, hello=hello, inventory=inventory)
+                await self._follow(record, client)
+                got_data = True
+            finally:
+                await client.close()
+                process.close()
+        finally:
+            conn.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.wait_closed(), 2)
+        return got_data
+
+    async def _follow(self, record: _NodeRecord, client: AgentClient) -> None:
+        last_message = time.monotonic()
+        stream = client.watch(self.interval)
+
+        async def watchdog() -> None:
+            while True:
+                await asyncio.sleep(min(self.interval, 1.0))
+                silent = time.monotonic() - last_message
+                if silent > self.silence_limit:
+                    raise SshError("silent", f"no data for {silent:.0f}s (node frozen or network cut?)")
+
+        async def consume() -> None:
+            nonlocal last_message
+            async for item in stream:
+                last_message = time.monotonic()
+                if isinstance(item, AgentError):
+                    self.events.append(
+                        FleetEvent(time.time(), record.target.name, "agent-error", item.message)
+                    )
+                    continue
+                self._update(record, state=LIVE, reason="", sample=item, last_seen=time.time())
+
+        consumer = asyncio.create_task(consume())
+        guard = asyncio.create_task(watchdog())
+        try:
+            done, _ = await asyncio.wait({consumer, guard}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # re-raise why it ended
+        finally:
+            for task in (consumer, guard):
+                task.cancel()
+            await asyncio.gather(consumer, guard, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await stream.aclose()

@@ -1,0 +1,102 @@
+"""Starting the node agent at the far end of an SSH connection.
+
+Three ways, chosen per node in fleet.yaml (`agent.mode`):
+- `installed`: run the node's own `gpuops agent --stdio`;
+- `push`: upload the zipapp (fleet/zipapp.py) over SFTP into `~/.cache/gpuops/`, named by its
+  hash, unless it is already there, and run it with the node's `python3`;
+- `auto` (default): `installed` when `gpuops` is on the node's PATH, else `push`.
+
+The remote command line is built from a list with shlex quoting: values from fleet.yaml are
+never pasted into a shell string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shlex
+from dataclasses import dataclass
+
+import asyncssh
+
+from gpuops.fleet import zipapp
+from gpuops.fleet.agent_client import AgentClient
+from gpuops.fleet.ssh import SshError
+
+AUTO, INSTALLED, PUSH = "auto", "installed", "push"
+CACHE_DIR = ".cache/gpuops"  # relative to the login directory, where SFTP and exec start
+_PROBE = "command -v gpuops"  # a constant: no user input
+
+
+@dataclass(frozen=True)
+class AgentLaunch:
+    mode: str = AUTO
+    python: str = "python3"
+    backend: str = "nvml"
+    sim_spec: str | None = None
+
+    def agent_args(self) -> list[str]:
+        args = ["agent", "--stdio", "--backend", self.backend]
+        if self.sim_spec:
+            args += ["--sim-spec", self.sim_spec]
+        return args
+
+
+async def _is_installed(conn: asyncssh.SSHClientConnection) -> bool:
+    result = await conn.run(_PROBE, check=False)
+    return result.exit_status == 0
+
+
+async def push_zipapp(conn: asyncssh.SSHClientConnection) -> str:
+    """Make sure the current zipapp is in the node's cache; returns its path (relative to home)."""
+    app = zipapp.build()
+    path = f"{CACHE_DIR}/{app.name}"
+    try:
+        async with conn.start_sftp_client() as sftp:
+            if await sftp.exists(path) and (await sftp.stat(path)).size == len(app.data):
+                return path
+            await sftp.makedirs(CACHE_DIR, exist_ok=True)
+            await sftp.chmod(CACHE_DIR, 0o700)
+            # Upload under a private name, then rename: a half-written agent is never run.
+            partial = f"{path}.{secrets.token_hex(4)}.partial"
+            async with sftp.open(partial, "wb") as f:
+                await f.write(app.data)
+            await sftp.chmod(partial, 0o600)
+            await sftp.posix_rename(partial, path)
+    except (asyncssh.SFTPError, asyncssh.Error, OSError) as exc:
+        raise SshError("agent", f"cannot upload the agent over SFTP: {exc}") from None
+    return path
+
+
+async def start_agent(
+    conn: asyncssh.SSHClientConnection, launch: AgentLaunch, name: str
+) -> tuple[AgentClient, asyncssh.SSHClientProcess[bytes]]:
+    """Start the agent on the node and greet it; raises SshError or AgentError."""
+    mode = launch.mode
+    if mode == AUTO:
+        mode = INSTALLED if await _is_installed(conn) else PUSH
+    if mode == INSTALLED:
+        argv = ["gpuops", *launch.agent_args()]
+    else:
+        argv = [launch.python, await push_zipapp(conn), *launch.agent_args()]
+    process = await conn.create_process(shlex.join(argv), encoding=None)
+    client = AgentClient(process.stdout, process.stdin, name=name)
+    try:
+        await client.start()
+    except Exception:
+        process.close()
+        stderr = await _early_stderr(process)
+        if stderr:
+            raise SshError("agent", f"the agent did not start: {stderr}") from None
+        raise
+    return client, process
+
+
+async def _early_stderr(process: asyncssh.SSHClientProcess[bytes]) -> str:
+    """The last line a failed agent wrote to stderr (e.g. `python3: not found`), if any."""
+    try:
+        data = await asyncio.wait_for(process.stderr.read(4096), 2)
+    except (TimeoutError, asyncssh.Error, OSError):
+        return ""
+    lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    return lines[-1].strip()[:300] if lines else ""
