@@ -96,14 +96,18 @@ class Agent:
         backend_name: str,
         unavailable_reason: str = "",
         hostname: Optional[str] = None,
+        inline: bool = False,
     ) -> None:
+        """`inline=True` calls the backend on the event loop thread: only for backends that never
+        block (the simulator), so that one process can serve a thousand simulated nodes without
+        a thousand threads."""
         self.backend = backend
         self.backend_name = backend_name
         self.unavailable_reason = unavailable_reason
         self.hostname = hostname or socket.gethostname()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="gpuops-backend"
-        )
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        if not inline:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpuops-backend")
         self._watches: Dict[proto.RequestId, "asyncio.Task[None]"] = {}
         self._tasks: Set["asyncio.Task[None]"] = set()
         self._write_lock: Optional[asyncio.Lock] = None
@@ -149,7 +153,8 @@ class Agent:
             pending = list(self._tasks) + watches
             if pending:
                 await asyncio.wait(pending, timeout=5)
-            self._executor.shutdown(wait=False)
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
 
     def _request_done(self, slots: asyncio.Semaphore) -> Callable[["asyncio.Task[None]"], None]:
         def done(task: "asyncio.Task[None]") -> None:
@@ -171,6 +176,8 @@ class Agent:
                 self._closed = True
 
     async def _call(self, fn: Callable[[], Any]) -> Any:
+        if self._executor is None:
+            return fn()
         loop = asyncio.get_event_loop()
         return await loop.run_in_executor(self._executor, fn)
 
