@@ -1,0 +1,143 @@
+"""pytest fixtures for real-SSH tests. Import the ones a module uses, by name::
+
+    from tests.sshtest.fixtures import netns_hosts, sshd_loopback, sshtest_leak_check  # noqa: F401
+
+    pytestmark = pytest.mark.usefixtures("sshtest_leak_check")
+
+    def test_something(sshd_loopback: Sshd) -> None:
+        argv = sshd_loopback.ssh_argv("true")   # or: host, port, user, client_key, known_hosts
+
+* ``sshd_loopback`` -> a started :class:`~tests.sshtest.sshd.Sshd` on 127.0.0.1, random port.
+* ``sshd_loopback_factory(**kwargs)`` -> another one each call (e.g. a jump host next to it).
+* ``netns_hosts(n, **kwargs)`` -> ``n`` started :class:`~tests.sshtest.netns.NetnsSshd`, each on
+  port 22 of its own namespace address, all with one client key and one known_hosts file.
+* ``sshtest_leak_check`` (module scope) -> fails the module's last test's teardown when any sshd,
+  namespace or veth of this process is still there.
+
+Each fixture skips the test, with the reason, where it cannot run (no sshd, not root, no
+namespaces). Teardown stops every server (and the sessions under it) and destroys the namespaces,
+whether the test passed or not; it fails when a process survives. Server directories (keys,
+configs, logs) are under the test's ``tmp_path``; the tail of each sshd log is printed at teardown,
+which pytest shows when the test failed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.sshtest.netns import (
+    NetnsLab,
+    NetnsSshd,
+    destroy_all_labs,
+    make_hosts,
+    own_leftovers,
+    sshd_in_netns_unavailable_reason,
+)
+from tests.sshtest.sshd import (
+    TMP_PREFIX,
+    Sshd,
+    live_servers,
+    sshd_unavailable_reason,
+    stop_all,
+    sweep_stale,
+)
+
+SshdFactory = Callable[..., Sshd]
+NetnsFactory = Callable[..., list[NetnsSshd]]
+
+
+def _teardown(servers: list[Sshd]) -> None:
+    """Stop every server; report their logs; raise if any process survived."""
+    errors: list[str] = []
+    for server in servers:
+        try:
+            server.stop()
+        except Exception as exc:
+            errors.append(f"{server.name}: {exc}")
+        print(
+            f"--- {server.name} ({server.host}:{server.port}) sshd log, last lines ---\n{server.log_tail(20)}"
+        )
+    if errors:
+        raise AssertionError("test sshd did not stop: " + "; ".join(errors))
+
+
+@pytest.fixture
+def sshd_loopback_factory(tmp_path: Path) -> Iterator[SshdFactory]:
+    """Make started sshds on 127.0.0.1 (random free ports); all stopped at teardown."""
+    reason = sshd_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    sweep_stale()
+    servers: list[Sshd] = []
+
+    def make(name: str = "loopback", **kwargs: Any) -> Sshd:
+        # The directory name carries our pid: sweep_stale() of a later run recognises the sshd.
+        workdir = tmp_path / f"{TMP_PREFIX}{os.getpid()}-{name}-{len(servers)}"
+        server = Sshd("127.0.0.1", name=name, workdir=workdir, **kwargs)
+        servers.append(server)
+        return server.start()
+
+    try:
+        yield make
+    finally:
+        _teardown(servers)
+
+
+@pytest.fixture
+def sshd_loopback(sshd_loopback_factory: SshdFactory) -> Sshd:
+    """A started sshd on 127.0.0.1: ``host``, ``port``, ``user``, ``client_key``, ``known_hosts``,
+    ``stop()``, ``kill()``, ``freeze()``, ``thaw()``, ``restart()``, ``logs()``, ``ssh_argv()``."""
+    return sshd_loopback_factory()
+
+
+@pytest.fixture
+def netns_hosts(tmp_path: Path) -> Iterator[NetnsFactory]:
+    """Factory: ``netns_hosts(n, **sshd_kwargs)`` -> ``n`` test hosts, each with a started sshd.
+
+    Every call adds hosts to the same lab (one /24); all hosts of the test share
+    ``tmp_path/netns/id_ed25519`` and ``tmp_path/netns/known_hosts``.
+    """
+    reason = sshd_in_netns_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    shared = tmp_path / "netns"
+    shared.mkdir()
+    lab: NetnsLab | None = None
+    servers: list[Sshd] = []
+
+    def make(n: int = 2, **kwargs: Any) -> list[NetnsSshd]:
+        nonlocal lab
+        if lab is None:
+            lab = NetnsLab()
+        made = make_hosts(lab, n, shared, **kwargs)
+        servers.extend(made)
+        return made
+
+    try:
+        yield make
+    finally:
+        try:
+            _teardown(servers)
+        finally:
+            if lab is not None:
+                lab.destroy()
+                left = lab.leftovers()
+                assert not left, f"network namespaces or veths left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def sshtest_leak_check() -> Iterator[None]:
+    """At the end of the module: no sshd, namespace or veth of this process may be left."""
+    yield
+    leftover = [server.name for server in live_servers()]
+    stop_all()
+    netns_left = own_leftovers()
+    if netns_left:
+        destroy_all_labs()
+    assert not leftover, f"sshd still running after the tests: {leftover}"
+    assert not netns_left, f"network namespaces or veths left behind: {netns_left}"
