@@ -1,0 +1,404 @@
+/*
+ * Interception: the real driver is reached through dlopen("libcuda.so.1"); programs reach our
+ * wrappers through three doors, all of which map a *real* function pointer to its wrapper by
+ * identity, so the ABI variant the driver chose (_v2, _ptsz) is kept exactly and unknown
+ * symbols pass through untouched:
+ *   1. exported symbols with the driver's names (programs linked with -lcuda, LD_PRELOAD);
+ *   2. an exported dlsym (programs that dlopen libcuda/NVML themselves); RTLD_NEXT lookups are
+ *      resolved relative to the real caller, not to this library;
+ *   3. cuGetProcAddress and cuGetProcAddress_v2 (the CUDA 12/13 runtime, PyTorch), including
+ *      the per-thread-default-stream (_ptsz) variants the driver returns for that flag.
+ */
+#define _GNU_SOURCE
+#include "hooklist.h"
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct gl_state G = {.lock = PTHREAD_MUTEX_INITIALIZER};
+struct gl_real R;
+
+#define GL_DEFINE_REAL(name, ret, params, args) ret(*gl_real_##name) params;
+GL_CUDA_HOOKS(GL_DEFINE_REAL)
+GL_NVML_HOOKS(GL_DEFINE_REAL)
+#undef GL_DEFINE_REAL
+
+/* wrappers (defined in memory.c, sched.c and below) */
+#define GL_DECLARE_WRAPPER(name, ret, params, args) GL_EXPORT ret name params;
+GL_CUDA_HOOKS(GL_DECLARE_WRAPPER)
+GL_NVML_HOOKS(GL_DECLARE_WRAPPER)
+#undef GL_DECLARE_WRAPPER
+
+struct hook {
+    const char *name;
+    void *wrapper;
+    void **real;
+    int nvml;
+};
+#define GL_HOOK_ENTRY(name, ret, params, args) {#name, (void *)name, (void **)&gl_real_##name, 0},
+#define GL_NVML_ENTRY(name, ret, params, args) {#name, (void *)name, (void **)&gl_real_##name, 1},
+static const struct hook g_hooks[] = {GL_CUDA_HOOKS(GL_HOOK_ENTRY) GL_NVML_HOOKS(GL_NVML_ENTRY)};
+#define NHOOKS (sizeof g_hooks / sizeof g_hooks[0])
+
+static void *(*real_dlsym)(void *, const char *);
+static void *g_libcuda;
+static void *g_libnvml;
+static __thread int t_in_init;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_init_rc = -1;
+static struct link_map *g_self_map;
+
+static void find_real_dlsym(void) {
+    if (real_dlsym) return;
+    static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
+    for (size_t i = 0; i < sizeof versions / sizeof versions[0] && !real_dlsym; i++)
+        *(void **)&real_dlsym = dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+}
+
+/* ------------------------------------------------------------------ configuration loading */
+static void read_identity(void) {
+    char name[RG_NAME_LEN] = "default";
+    int from_file = 0;
+    int fd = open("/etc/gpuops/tenant", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        char buf[RG_NAME_LEN + 2];
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n > 0) {
+            buf[n] = 0;
+            buf[strcspn(buf, " \t\r\n")] = 0;
+            if (*buf && strlen(buf) < RG_NAME_LEN) {
+                snprintf(name, sizeof name, "%s", buf);
+                from_file = 1;
+            }
+        }
+    }
+    const char *env = getenv("GPUOPS_TENANT");
+    if (!from_file && env && *env) {
+        if (strlen(env) < RG_NAME_LEN && strcmp(env, "*") != 0) snprintf(name, sizeof name, "%s", env);
+        else GL_LOG(LOG_WARN, "ignoring GPUOPS_TENANT: not a valid tenant name");
+    }
+    for (char *p = name; *p; p++) {
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              *p == '_' || *p == '.')) {
+            GL_LOG(LOG_WARN, "tenant name %s is not valid; using 'default'", name);
+            snprintf(name, sizeof name, "default");
+            break;
+        }
+    }
+    snprintf(G.tenant, sizeof G.tenant, "%s", name);
+    /* On a managed node the directory is fixed: the environment cannot point elsewhere. */
+    const char *dir = "/run/gpuops/limiter";
+    const char *envdir = getenv("GPUOPS_LIMITER_DIR");
+    if (access("/run/gpuops/limiter/mandatory", F_OK) != 0 && envdir && *envdir) dir = envdir;
+    snprintf(G.dir, sizeof G.dir, "%s", dir);
+}
+
+/* (Re)loads the tenant table; keeps the last good one when the file is unreadable or garbage. */
+static void load_table(int force) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/tenants", G.dir);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (G.table_ok && errno == ENOENT) GL_LOG(LOG_WARN, "tenant table %s disappeared; keeping the last one", path);
+        return;
+    }
+    uint64_t mt = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+    if (!force && mt == G.table_mtime_ns && (uint64_t)st.st_size == G.table_size && (uint64_t)st.st_ino == G.table_ino)
+        return;
+    G.table_mtime_ns = mt;
+    G.table_size = (uint64_t)st.st_size;
+    G.table_ino = (uint64_t)st.st_ino;
+    if (st.st_size > (1 << 20)) {
+        GL_LOG(LOG_ERROR, "tenant table %s is too large; keeping the last good limits", path);
+        return;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char *buf = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (buf && got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (!buf) return;
+    struct gl_table t;
+    char err[160];
+    if (gl_table_parse(buf, got, &t, err, sizeof err) != 0) {
+        GL_LOG(LOG_ERROR, "tenant table %s is invalid (%s); keeping the last good limits", path, err);
+    } else {
+        if (G.table_ok) gl_table_free(&G.table);
+        G.table = t;
+        G.table_ok = 1;
+        GL_LOG(LOG_DEBUG, "loaded tenant table %s generation %llu", path, (unsigned long long)t.generation);
+    }
+    free(buf);
+}
+
+static void apply_cfg(struct gl_dev *d) {
+    struct gl_cfg tc;
+    int found = G.table_ok && gl_table_lookup(&G.table, G.tenant, d->index, d->uuid, &tc);
+    d->cfg = gl_cfg_lower(&tc, found, &G.env, d->index);
+    d->cfg_gen = G.table_ok ? G.table.generation : 0;
+}
+
+void gl_maybe_reload(void) {
+    uint64_t now = gl_now_ns();
+    uint64_t next = atomic_load_explicit(&G.next_reload_check, memory_order_relaxed);
+    if (now < next) return;
+    if (!atomic_compare_exchange_strong(&G.next_reload_check, &next, now + 500000000ull)) return;
+    if (pthread_mutex_trylock(&G.lock) != 0) return;
+    uint64_t gen_before = G.table_ok ? G.table.generation : 0, mt_before = G.table_mtime_ns;
+    load_table(0);
+    int changed = G.table_mtime_ns != mt_before || (G.table_ok ? G.table.generation : 0) != gen_before;
+    for (int i = 0; i < GL_MAX_DEV; i++) {
+        struct gl_dev *d = &G.dev[i];
+        if (atomic_load(&d->state) == 0) continue;
+        if (atomic_load(&d->state) == 1 && !gl_region_valid(d->rg)) {
+            GL_LOG(LOG_ERROR, "region of GPU %s was overwritten; enforcing the last good limits in this process alone",
+                   d->uuid);
+            atomic_store(&d->state, 2);
+        }
+        if (changed) {
+            apply_cfg(d);
+            if (atomic_load(&d->state) == 1) gl_publish_cfg(d);
+        }
+    }
+    pthread_mutex_unlock(&G.lock);
+}
+
+/* ------------------------------------------------------------------ init */
+static void resolve(void **dst, const char *name) { *dst = real_dlsym(g_libcuda, name); }
+
+static void do_init(void) {
+    t_in_init = 1;
+    gl_log_init();
+    find_real_dlsym();
+    if (!real_dlsym) {
+        GL_LOG(LOG_ERROR, "cannot find the real dlsym; interception disabled");
+        t_in_init = 0;
+        return;
+    }
+    Dl_info info;
+    if (dladdr1((void *)&do_init, &info, (void **)&g_self_map, RTLD_DL_LINKMAP) == 0) g_self_map = NULL;
+    g_libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+    if (!g_libcuda) g_libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!g_libcuda) {
+        GL_LOG(LOG_ERROR, "cannot load libcuda.so.1: %s", dlerror());
+        t_in_init = 0;
+        return;
+    }
+    for (size_t i = 0; i < NHOOKS; i++)
+        if (!g_hooks[i].nvml) *g_hooks[i].real = real_dlsym(g_libcuda, g_hooks[i].name);
+    resolve((void **)&R.cuInit, "cuInit");
+    resolve((void **)&R.cuDeviceGetCount, "cuDeviceGetCount");
+    resolve((void **)&R.cuDeviceGetUuid, "cuDeviceGetUuid");
+    resolve((void **)&R.cuCtxGetDevice, "cuCtxGetDevice");
+    resolve((void **)&R.cuCtxSynchronize, "cuCtxSynchronize");
+    resolve((void **)&R.cuEventCreate, "cuEventCreate");
+    resolve((void **)&R.cuEventDestroy_v2, "cuEventDestroy_v2");
+    resolve((void **)&R.cuEventRecord, "cuEventRecord");
+    resolve((void **)&R.cuEventRecord_ptsz, "cuEventRecord_ptsz");
+    resolve((void **)&R.cuEventQuery, "cuEventQuery");
+    resolve((void **)&R.cuEventSynchronize, "cuEventSynchronize");
+    resolve((void **)&R.cuEventElapsedTime, "cuEventElapsedTime");
+    resolve((void **)&R.cuMemFree_v2, "cuMemFree_v2");
+    gl_env_read(&G.env);
+    read_identity();
+    load_table(1);
+    atomic_store(&G.next_reload_check, gl_now_ns() + 500000000ull);
+    G.ready = 1;
+    g_init_rc = 0;
+    t_in_init = 0;
+}
+
+int gl_init(void) {
+    if (GL_LIKELY(g_init_rc == 0)) return 0;
+    if (t_in_init) return -1;
+    pthread_once(&g_once, do_init);
+    return g_init_rc;
+}
+
+static void nvml_resolve(void) {
+    find_real_dlsym();
+    if (!real_dlsym) return;
+    g_libnvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!g_libnvml) g_libnvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!g_libnvml) return;
+    for (size_t i = 0; i < NHOOKS; i++)
+        if (g_hooks[i].nvml) *g_hooks[i].real = real_dlsym(g_libnvml, g_hooks[i].name);
+}
+
+static void nvml_init(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, nvml_resolve);
+}
+
+/* ------------------------------------------------------------------ devices */
+static void format_uuid(const CUuuid *u, char *out, size_t n) {
+    const unsigned char *b = (const unsigned char *)u->bytes;
+    snprintf(out, n, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+             b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+struct gl_dev *gl_dev_get(int index) {
+    if (index < 0 || index >= GL_MAX_DEV) return NULL;
+    struct gl_dev *d = &G.dev[index];
+    if (GL_LIKELY(atomic_load_explicit(&d->state, memory_order_acquire) != 0)) return d;
+    pthread_mutex_lock(&G.lock);
+    if (atomic_load(&d->state) == 0) {
+        d->index = index;
+        d->slot = -1;
+        d->tidx = -1;
+        CUuuid u;
+        if (!R.cuDeviceGetUuid || R.cuDeviceGetUuid(&u, index) != CUDA_SUCCESS) {
+            pthread_mutex_unlock(&G.lock);
+            return NULL; /* driver not initialised or no such device: let the driver answer */
+        }
+        format_uuid(&u, d->uuid, sizeof d->uuid);
+        apply_cfg(d);
+        int st = gl_region_attach(d) == 0 ? 1 : 2;
+        atomic_store_explicit(&d->state, st, memory_order_release);
+    }
+    pthread_mutex_unlock(&G.lock);
+    return d;
+}
+
+struct gl_dev *gl_dev_current(void) {
+    if (G.ndev == 1) return gl_dev_get(0);
+    CUdevice dev;
+    if (!R.cuCtxGetDevice || R.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return NULL;
+    return gl_dev_get(dev);
+}
+
+/* ------------------------------------------------------------------ symbol mapping */
+static void *map_pointer(void *p) {
+    if (!p) return p;
+    for (size_t i = 0; i < NHOOKS; i++)
+        if (*g_hooks[i].real == p) return g_hooks[i].wrapper;
+    return p;
+}
+
+static int is_hooked_name(const char *name) {
+    return name && ((name[0] == 'c' && name[1] == 'u') || !strncmp(name, "nvml", 4));
+}
+
+/* RTLD_NEXT as the caller would have seen it: the first definition after the caller's object. */
+static void *next_after(void *caller, const char *name) {
+    Dl_info info;
+    struct link_map *lm = NULL;
+    if (!dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm || lm == g_self_map)
+        return real_dlsym(RTLD_NEXT, name);
+    for (struct link_map *o = lm->l_next; o; o = o->l_next) {
+        if (o == g_self_map) {
+            for (size_t i = 0; i < NHOOKS; i++)
+                if (!strcmp(g_hooks[i].name, name)) return g_hooks[i].wrapper;
+            if (!strcmp(name, "dlsym")) return (void *)dlsym;
+            continue;
+        }
+        void *p = real_dlsym(o, name);
+        if (!p) continue;
+        struct link_map *owner = NULL;
+        if (dladdr1(p, &info, (void **)&owner, RTLD_DL_LINKMAP) && owner == o) return p;
+    }
+    return NULL;
+}
+
+GL_EXPORT void *dlsym(void *handle, const char *name) {
+    find_real_dlsym();
+    if (!real_dlsym) return NULL;
+    void *p = handle == RTLD_NEXT ? next_after(__builtin_return_address(0), name) : real_dlsym(handle, name);
+    if (!p || t_in_init || !is_hooked_name(name)) return p;
+    if (name[0] == 'n') nvml_init();
+    else if (gl_init() != 0) return p;
+    return map_pointer(p);
+}
+
+/* ------------------------------------------------------------------ cuInit, cuGetProcAddress */
+GL_EXPORT CUresult cuInit(unsigned flags) {
+    if (gl_init() != 0 || !gl_real_cuInit) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = gl_real_cuInit(flags);
+    if (r == CUDA_SUCCESS && !G.ndev && R.cuDeviceGetCount) {
+        int n = 0;
+        if (R.cuDeviceGetCount(&n) == CUDA_SUCCESS) G.ndev = n;
+    }
+    return r;
+}
+
+GL_EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags) {
+    if (gl_init() != 0 || !gl_real_cuGetProcAddress) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = gl_real_cuGetProcAddress(sym, pfn, ver, flags);
+    if (r == CUDA_SUCCESS && pfn) *pfn = map_pointer(*pfn);
+    return r;
+}
+
+GL_EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
+                                       CUdriverProcAddressQueryResult *status) {
+    if (gl_init() != 0 || !gl_real_cuGetProcAddress_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = gl_real_cuGetProcAddress_v2(sym, pfn, ver, flags, status);
+    if (r == CUDA_SUCCESS && pfn) *pfn = map_pointer(*pfn);
+    return r;
+}
+
+/* ------------------------------------------------------------------ NVML memory view */
+static struct gl_dev *dev_by_nvml(nvmlDevice_t dev) {
+    static nvmlReturn_t (*get_uuid)(nvmlDevice_t, char *, unsigned);
+    if (!get_uuid && g_libnvml) *(void **)&get_uuid = real_dlsym(g_libnvml, "nvmlDeviceGetUUID");
+    if (!get_uuid || g_init_rc != 0) return NULL;
+    char uuid[96];
+    if (get_uuid(dev, uuid, sizeof uuid) != NVML_SUCCESS) return NULL;
+    for (int i = 0; i < GL_MAX_DEV; i++) {
+        struct gl_dev *d = &G.dev[i];
+        if (atomic_load(&d->state) != 0 && !strcasecmp(d->uuid, uuid)) return d;
+    }
+    return NULL;
+}
+
+static void tenant_view(struct gl_dev *d, unsigned long long *total, unsigned long long *used,
+                        unsigned long long *free_b) {
+    uint64_t limit = gl_mem_limit(d);
+    if (!limit) return;
+    uint64_t u = atomic_load(&d->state) == 1 ? gl_tenant_mem_used(d) : atomic_load(&d->local_used);
+    unsigned long long t = *total < limit ? *total : limit;
+    unsigned long long f = u < t ? t - u : 0;
+    *total = t;
+    *used = u;
+    if (*free_b > f) *free_b = f;
+}
+
+GL_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m) {
+    nvml_init();
+    if (!gl_real_nvmlDeviceGetMemoryInfo) return NVML_ERROR_UNINITIALIZED;
+    nvmlReturn_t r = gl_real_nvmlDeviceGetMemoryInfo(dev, m);
+    if (r == NVML_SUCCESS && m) {
+        struct gl_dev *d = dev_by_nvml(dev);
+        if (d) tenant_view(d, &m->total, &m->used, &m->free);
+    }
+    return r;
+}
+
+GL_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *m) {
+    nvml_init();
+    if (!gl_real_nvmlDeviceGetMemoryInfo_v2) return NVML_ERROR_UNINITIALIZED;
+    nvmlReturn_t r = gl_real_nvmlDeviceGetMemoryInfo_v2(dev, m);
+    if (r == NVML_SUCCESS && m) {
+        struct gl_dev *d = dev_by_nvml(dev);
+        if (d) tenant_view(d, &m->total, &m->used, &m->free);
+    }
+    return r;
+}
+
+__attribute__((destructor)) static void gl_fini(void) {
+    if (g_init_rc != 0) return;
+    for (int i = 0; i < GL_MAX_DEV; i++) gl_sched_fini(&G.dev[i]);
+}

@@ -1,0 +1,182 @@
+/* Internal interfaces of libgpuops-limiter.so. */
+#ifndef GPUOPS_INTERNAL_H
+#define GPUOPS_INTERNAL_H
+
+#include "gpuops_cuda.h"
+#include "region.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#define GL_EXPORT __attribute__((visibility("default")))
+#define GL_MAX_DEV 64
+#define GL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define GL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ------------------------------------------------------------------ logging (util.c) */
+enum { LOG_NONE = 0, LOG_ERROR = 1, LOG_WARN = 2, LOG_INFO = 3, LOG_DEBUG = 4 };
+struct gl_ratelimit {
+    _Atomic uint64_t window;
+    _Atomic uint32_t count;
+    _Atomic uint32_t dropped;
+};
+extern int gl_log_level;
+void gl_log_init(void);
+void gl_log_impl(int level, struct gl_ratelimit *rl, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Rate-limited per call site: at most 5 lines per 10 s each. */
+#define GL_LOG(level, ...)                                              \
+    do {                                                                \
+        if ((level) <= gl_log_level) {                                  \
+            static struct gl_ratelimit _rl;                             \
+            gl_log_impl((level), &_rl, __VA_ARGS__);                    \
+        }                                                               \
+    } while (0)
+
+static inline uint64_t gl_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+uint64_t gl_thread_cpu_ns(void);
+uint64_t gl_proc_starttime(int pid);
+uint64_t gl_pidns(void);
+int gl_parse_bytes(const char *s, uint64_t *out);
+int gl_parse_percent(const char *s, double *out);
+
+/* ------------------------------------------------------------------ configuration (config.c) */
+struct gl_cfg {
+    uint64_t mem_limit;       /* bytes, 0 = none */
+    uint32_t share_permille;  /* 0 = none */
+    int policy;               /* POLICY_* */
+    int klass;                /* CLASS_* */
+};
+
+struct gl_table_entry {
+    char name[RG_NAME_LEN];
+    char gpus[256];           /* "" = every GPU, else comma list of indices and UUIDs */
+    struct gl_cfg cfg;
+};
+
+struct gl_table {
+    uint64_t generation;
+    int n;
+    struct gl_table_entry *e;
+};
+
+/* Parse a tenant table; returns 0 and fills *out, or -1 with a message in err. */
+int gl_table_parse(const char *text, size_t len, struct gl_table *out, char *err, size_t errlen);
+void gl_table_free(struct gl_table *t);
+/* The entry for tenant on GPU (index, uuid); 1 if found. */
+int gl_table_lookup(const struct gl_table *t, const char *tenant, int index, const char *uuid, struct gl_cfg *out);
+
+struct gl_env {
+    uint64_t mem_limit_all, mem_limit_dev[GL_MAX_DEV];
+    double share_all, share_dev[GL_MAX_DEV];   /* percent, <0 = unset */
+    int policy;                                /* -1 unset */
+    int klass;                                 /* -1 unset */
+};
+void gl_env_read(struct gl_env *env);
+/* The table's configuration lowered by the environment. */
+struct gl_cfg gl_cfg_lower(const struct gl_cfg *table, int table_found, const struct gl_env *env, int dev);
+
+/* ------------------------------------------------------------------ process state (hooks.c) */
+struct gl_meas_stream {
+    CUstream s;
+    int ptsz;
+    int tid;                  /* for the per-thread default stream */
+    int open;
+    CUevent prev;             /* start of the unmeasured part */
+    CUevent ring[16];
+    uint32_t ring_cnt[16];
+    int head, n;
+    uint32_t since;           /* launches since the last end event */
+};
+
+struct gl_dev {
+    _Atomic int state;        /* 0 not set up, 1 ready, 2 region unavailable (local accounting) */
+    int index;
+    char uuid[RG_UUID_LEN];
+    struct rg_region *rg;
+    int fd;
+    int slot;
+    int tidx;
+    struct rg_slot *me;
+    struct rg_tenant *tn;
+    struct gl_cfg cfg;        /* effective configuration */
+    uint64_t cfg_gen;
+    _Atomic uint64_t local_used;
+    /* compute */
+    _Atomic int mlock;
+    struct gl_meas_stream ms[8];
+    int nms;
+    CUevent pool[64];
+    int npool;
+    double avg_cost_ns;
+    uint64_t inflight_est_ns;
+    uint64_t local_seq;
+    uint64_t launches;
+    uint64_t wait_since;
+};
+
+struct gl_state {
+    pthread_mutex_t lock;
+    int ready;
+    int ndev;
+    char tenant[RG_NAME_LEN];
+    char dir[512];
+    struct gl_env env;
+    struct gl_table table;
+    int table_ok;
+    uint64_t table_mtime_ns, table_size, table_ino;
+    _Atomic uint64_t next_reload_check;
+    struct gl_dev dev[GL_MAX_DEV];
+};
+extern struct gl_state G;
+
+/* Real driver entry points, resolved from dlopen("libcuda.so.1"). */
+struct gl_real {
+    CUresult (*cuInit)(unsigned);
+    CUresult (*cuDeviceGetCount)(int *);
+    CUresult (*cuDeviceGetUuid)(CUuuid *, CUdevice);
+    CUresult (*cuCtxGetDevice)(CUdevice *);
+    CUresult (*cuCtxSynchronize)(void);
+    CUresult (*cuEventCreate)(CUevent *, unsigned);
+    CUresult (*cuEventDestroy_v2)(CUevent);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventRecord_ptsz)(CUevent, CUstream);
+    CUresult (*cuEventQuery)(CUevent);
+    CUresult (*cuEventSynchronize)(CUevent);
+    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*cuMemFree_v2)(CUdeviceptr);
+};
+extern struct gl_real R;
+
+int gl_init(void);                        /* resolves the driver; 0 on success */
+struct gl_dev *gl_dev_current(void);      /* device of the current context, set up; NULL if none */
+struct gl_dev *gl_dev_get(int index);     /* set up device index */
+void gl_maybe_reload(void);               /* re-read the tenant table if it changed (rate-limited) */
+
+/* ------------------------------------------------------------------ region (region.c) */
+int gl_region_attach(struct gl_dev *d);   /* open/create, register; 0 on success */
+int gl_region_valid(const struct rg_region *rg);
+uint64_t gl_tenant_mem_used(struct gl_dev *d);
+int gl_reclaim_dead(struct gl_dev *d, int tenant_only); /* returns slots reclaimed */
+void gl_publish_cfg(struct gl_dev *d);
+int gl_lock_region(struct rg_region *rg, int try_only);
+void gl_unlock_region(struct rg_region *rg);
+int gl_slot_alive(struct gl_dev *d, int i);
+
+/* ------------------------------------------------------------------ memory (memory.c) */
+int gl_mem_reserve(struct gl_dev *d, uint64_t size);
+void gl_mem_unreserve(struct gl_dev *d, uint64_t size);
+void gl_track_put(uint64_t key, int kind, int dev, uint64_t size);
+int gl_track_take(uint64_t key, int kind, int *dev, uint64_t *size);
+uint64_t gl_mem_limit(struct gl_dev *d);  /* effective limit, 0 = none */
+
+/* ------------------------------------------------------------------ compute (sched.c) */
+/* Releases what this process holds in the scheduler when it exits. */
+void gl_sched_fini(struct gl_dev *d);
+
+#endif
