@@ -1,0 +1,68 @@
+"""fleet.yaml: the inventory of GPU nodes, the teams that own them and how to reach them.
+
+    fleet = load_fleet("fleet.yaml")          # raises SpecError (.errors: list[SpecIssue])
+    fleet.ssh_settings("gpu-a-01")            # SshSettings: host, port, user, jump, timeouts, ...
+    fleet.agent_settings("gpu-a-01")          # AgentSettings: mode, python, backend, sim_spec
+    fleet.gpu_owner("gpu-a-01", 4)            # 'nlp'
+    fleet.team_of_user("alice", groups=["cv"])
+    fleet.nodes_matching("gpu-a-*,zone=a")
+    text = dump_fleet(fleet)                  # YAML that load_fleet reads back equal
+
+The format is documented in docs/fleet-yaml.md.
+"""
+
+from __future__ import annotations
+
+from gpuops.spec.dump import dump_fleet
+from gpuops.spec.errors import SpecError, SpecIssue
+from gpuops.spec.loader import check_fleet, fleet_from_data, load_fleet, parse_fleet
+from gpuops.spec.model import (
+    AgentOptions,
+    AgentSettings,
+    Fleet,
+    JumpHost,
+    JumpSettings,
+    Node,
+    SshDefaults,
+    SshOptions,
+    SshSettings,
+    Team,
+)
+from gpuops.spec.schema import fleet_json_schema
+from gpuops.spec.selectors import (
+    LabelTerm,
+    Selector,
+    SelectorError,
+    format_gpu_indices,
+    parse_gpu_indices,
+    parse_selector,
+)
+from gpuops.spec.types import SPEC_VERSION
+
+__all__ = [
+    "SPEC_VERSION",
+    "AgentOptions",
+    "AgentSettings",
+    "Fleet",
+    "JumpHost",
+    "JumpSettings",
+    "LabelTerm",
+    "Node",
+    "Selector",
+    "SelectorError",
+    "SpecError",
+    "SpecIssue",
+    "SshDefaults",
+    "SshOptions",
+    "SshSettings",
+    "Team",
+    "check_fleet",
+    "dump_fleet",
+    "fleet_from_data",
+    "fleet_json_schema",
+    "format_gpu_indices",
+    "load_fleet",
+    "parse_fleet",
+    "parse_gpu_indices",
+    "parse_selector",
+]

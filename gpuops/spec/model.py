@@ -1,0 +1,434 @@
+"""The fleet.yaml model (pydantic) and what the layers above ask of it: resolved SSH and agent
+settings per node, owners of nodes and GPUs, the team of a user, nodes matching a selector.
+
+Models are frozen. Field-level rules live in `types.py`; rules that span fields (unique names,
+owners that must be teams, ...) live in `checks.py` so that all of them can be reported at once.
+To extend the file (issues 4 and 7: desired state, pools), add a field to `Fleet` (a list or a
+mapping of models is checked item by item) and, for cross-references, a check to `checks.CHECKS`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from gpuops.spec.selectors import Selector, parse_gpu_indices, parse_selector
+from gpuops.spec.types import (
+    NAME_RE,
+    SPEC_VERSION,
+    AgentModeField,
+    BackendName,
+    Command,
+    Flag,
+    GpuKey,
+    GroupName,
+    HandshakeCount,
+    Host,
+    HostKeyPolicy,
+    HostKeyPolicyField,
+    Interval,
+    JumpName,
+    JumpRef,
+    KeepaliveInterval,
+    LabelKey,
+    LabelValue,
+    LocalPath,
+    NodeName,
+    Port,
+    RemotePath,
+    TeamName,
+    Text,
+    Timeout,
+    UserName,
+    Version,
+    parse_jump_literal,
+)
+
+DEFAULT_PORT = 22
+DEFAULT_HOST_KEY_POLICY: HostKeyPolicy = "strict"
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_LOGIN_TIMEOUT = 20.0
+DEFAULT_KEEPALIVE_INTERVAL = 15.0
+DEFAULT_MAX_HANDSHAKES = 64
+DEFAULT_USE_SSH_CONFIG = True
+DEFAULT_INTERVAL = 1.0
+DEFAULT_AGENT_MODE: Literal["auto"] = "auto"
+DEFAULT_PYTHON = "python3"
+DEFAULT_BACKEND = "nvml"
+NO_JUMP = "none"
+
+
+class SpecModel(BaseModel):
+    """Base of every fleet.yaml mapping: unknown keys are errors, values are immutable, and a key
+    left empty (``teams:`` with nothing under it) means its default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_means_default(cls, data: Any) -> Any:
+        if data is None:
+            return {}
+        if isinstance(data, dict):
+            fields = cls.model_fields
+            empty = [k for k, v in data.items() if v is None and k in fields and not fields[k].is_required()]
+            if empty:
+                return {k: v for k, v in data.items() if k not in empty}
+        return data
+
+
+class SshOptions(SpecModel):
+    """SSH settings; at the top level they are the defaults, under a node its overrides."""
+
+    user: UserName | None = None
+    """Login user. Default: the User of ~/.ssh/config (with use_ssh_config), else your local user."""
+    port: Port | None = None
+    """SSH port. Default: the Port of ~/.ssh/config (with use_ssh_config), else 22."""
+    identity_file: LocalPath | None = None
+    """Private key file (relative paths are relative to fleet.yaml). Agent keys and ~/.ssh/config
+    IdentityFile are used too."""
+    known_hosts: LocalPath | None = None
+    """known_hosts file to verify host keys against. Default: ~/.ssh/known_hosts."""
+    host_key_policy: HostKeyPolicyField | None = None
+    """strict (default): unknown hosts are refused; accept-new: trust a host on first contact and
+    remember its key, as OpenSSH's StrictHostKeyChecking=accept-new. Checking cannot be turned off."""
+    connect_timeout: Timeout | None = None
+    """Time to open the TCP connection. Default 10s."""
+    login_timeout: Timeout | None = None
+    """Time from connected to logged in (key exchange and authentication). Default 20s."""
+    keepalive_interval: KeepaliveInterval | None = None
+    """Interval of SSH keepalives (0 = off). Default 15s."""
+    jump_host: JumpRef | None = None
+    """Jump host: a name from jump_hosts, user@host:port, or none (connect directly)."""
+    use_ssh_config: Flag | None = None
+    """Read ~/.ssh/config for the node's host (Host aliases, User, Port, IdentityFile, ProxyJump).
+    Default true."""
+
+
+class SshDefaults(SshOptions):
+    """The top-level ssh: defaults for every node, plus the fleet-wide limits."""
+
+    max_handshakes: HandshakeCount | None = None
+    """Most SSH handshakes in flight at once across the fleet. Default 64."""
+
+
+class AgentOptions(SpecModel):
+    """How the node side is started; at the top level the defaults, under a node its overrides."""
+
+    mode: AgentModeField | None = None
+    """auto (default): the installed `gpuops` if the node has one, else push the zipapp;
+    installed: only the installed one; push: always the pushed zipapp."""
+    python: Command | None = None
+    """Python 3.8+ on the node that runs the pushed zipapp. Default python3."""
+    backend: BackendName | None = None
+    """Where GPU facts come from: nvml (default) or sim (a simulated node)."""
+    sim_spec: RemotePath | None = None
+    """For backend sim: a spec path on the node or a built-in scenario name."""
+
+
+class JumpHost(SpecModel):
+    """A bastion that nodes are reached through."""
+
+    host: Host
+    port: Port | None = None
+    user: UserName | None = None
+    identity_file: LocalPath | None = None
+
+
+class Team(SpecModel):
+    """A tenant: the unix users and groups whose GPU work counts as the team's."""
+
+    description: Text = ""
+    users: list[UserName] = Field(default_factory=list)
+    groups: list[GroupName] = Field(default_factory=list)
+
+
+class Node(SpecModel):
+    """One GPU server."""
+
+    name: NodeName
+    """Unique name; defaults to host when host is a plain name or IPv4 address."""
+    host: Host
+    """DNS name, IP address, or an ~/.ssh/config Host alias (with use_ssh_config)."""
+    port: Port | None = None
+    user: UserName | None = None
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    """Free labels (Kubernetes rules) for selectors: rack, zone, model, ..."""
+    owner: TeamName | None = None
+    """The team whose silo this node is; unset: nobody's."""
+    gpus: dict[GpuKey, TeamName] = Field(default_factory=dict)
+    """Per-GPU owners overriding owner: {"0-3": vision, "4,5": nlp}."""
+    ssh: SshOptions | None = None
+    agent: AgentOptions | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_defaults_to_host(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("name") is None:
+            host = data.get("host")
+            if isinstance(host, str) and NAME_RE.match(host):
+                return {**data, "name": host}
+        return data
+
+
+class Fleet(SpecModel):
+    """fleet.yaml: the inventory of GPU nodes, the teams that own them and how to reach them."""
+
+    version: Version
+    """Format version; 1."""
+    interval: Interval = DEFAULT_INTERVAL
+    """Sampling interval of live views. Default 1s."""
+    ssh: SshDefaults = Field(default_factory=SshDefaults)
+    agent: AgentOptions = Field(default_factory=AgentOptions)
+    jump_hosts: dict[JumpName, JumpHost] = Field(default_factory=dict)
+    teams: dict[TeamName, Team] = Field(default_factory=dict)
+    nodes: list[Node]
+
+    _index: _Index | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        # The lookup index is a cache, not part of the value.
+        if not isinstance(other, Fleet):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # ---- lookups -------------------------------------------------------------------------
+
+    def _lookup(self) -> _Index:
+        key = (id(self.nodes), id(self.teams), len(self.nodes), len(self.teams))
+        index = self._index
+        if index is None or index.key != key:
+            index = _Index(self, key)
+            self._index = index
+        return index
+
+    def node(self, name: str) -> Node:
+        """The node called `name` (KeyError if none)."""
+        try:
+            return self._lookup().nodes[name]
+        except KeyError:
+            raise KeyError(f"no node named {name!r} in the fleet") from None
+
+    def _node(self, node: NodeRef) -> Node:
+        return self.node(node) if isinstance(node, str) else node
+
+    def nodes_matching(self, selector: str | Selector) -> list[Node]:
+        """Nodes selected by `selector` (see gpuops.spec.selectors), in file order.
+        Raises SelectorError for a malformed selector."""
+        sel = parse_selector(selector) if isinstance(selector, str) else selector
+        return [n for n in self.nodes if sel.matches(n.name, n.labels)]
+
+    def node_owner(self, node: NodeRef) -> str | None:
+        """The team whose silo the node is, or None."""
+        return self._node(node).owner
+
+    def gpu_owner(self, node: NodeRef, index: int) -> str | None:
+        """The owner of GPU `index` of the node: its per-GPU owner, else the node's owner."""
+        n = self._node(node)
+        return self._lookup().gpu_owners(n).get(index, n.owner)
+
+    def gpu_owners(self, node: NodeRef) -> dict[int, str]:
+        """The node's per-GPU owner overrides, by GPU index (GPUs not listed have the node's owner)."""
+        return dict(self._lookup().gpu_owners(self._node(node)))
+
+    def team_of_user(self, user: str, groups: Iterable[str] = ()) -> str | None:
+        """The team of a unix user: the team listing the user; else the team of the first of
+        `groups` (the user's groups, primary first) that a team lists; else None."""
+        index = self._lookup()
+        team = index.users.get(user)
+        if team is not None:
+            return team
+        for group in groups:
+            team = index.groups.get(group)
+            if team is not None:
+                return team
+        return None
+
+    def team_of_group(self, group: str) -> str | None:
+        return self._lookup().groups.get(group)
+
+    # ---- resolved settings -----------------------------------------------------------------
+
+    @property
+    def max_handshakes(self) -> int:
+        return self.ssh.max_handshakes if self.ssh.max_handshakes is not None else DEFAULT_MAX_HANDSHAKES
+
+    def ssh_settings(self, node: NodeRef) -> SshSettings:
+        """The node's SSH settings: the node's own values, else the fleet's ssh: defaults, else the
+        built-in defaults; the jump host resolved; ~ expanded in local paths."""
+        n = self._node(node)
+        layers = [n.ssh, self.ssh] if n.ssh is not None else [self.ssh]
+
+        def pick(name: str) -> Any:
+            for layer in layers:
+                value = getattr(layer, name)
+                if value is not None:
+                    return value
+            return None
+
+        port = n.port if n.port is not None else pick("port")
+        user = n.user if n.user is not None else pick("user")
+        policy = pick("host_key_policy")
+        connect = pick("connect_timeout")
+        login = pick("login_timeout")
+        keepalive = pick("keepalive_interval")
+        use_config = pick("use_ssh_config")
+        return SshSettings(
+            host=n.host,
+            port=port,
+            user=user,
+            identity_file=_expand(pick("identity_file")),
+            known_hosts=_expand(pick("known_hosts")),
+            host_key_policy=policy if policy is not None else DEFAULT_HOST_KEY_POLICY,
+            connect_timeout=connect if connect is not None else DEFAULT_CONNECT_TIMEOUT,
+            login_timeout=login if login is not None else DEFAULT_LOGIN_TIMEOUT,
+            keepalive_interval=keepalive if keepalive is not None else DEFAULT_KEEPALIVE_INTERVAL,
+            use_ssh_config=use_config if use_config is not None else DEFAULT_USE_SSH_CONFIG,
+            jump=self.jump_settings(pick("jump_host")),
+        )
+
+    def jump_settings(self, ref: str | None) -> JumpSettings | None:
+        """A jump_host value resolved: a jump_hosts entry or a user@host:port literal; None for
+        none/unset. Raises KeyError for a name that jump_hosts does not define."""
+        if ref is None or ref == NO_JUMP:
+            return None
+        entry = self.jump_hosts.get(ref)
+        if entry is not None:
+            return JumpSettings(ref, entry.host, entry.port, entry.user, _expand(entry.identity_file))
+        if "@" in ref or ":" in ref:
+            user, host, port = parse_jump_literal(ref)
+            return JumpSettings(ref, host, port, user, None)
+        raise KeyError(f"jump host {ref!r} is not defined under jump_hosts")
+
+    def agent_settings(self, node: NodeRef) -> AgentSettings:
+        """How to start the node side: the node's agent: values, else the fleet's, else defaults."""
+        n = self._node(node)
+        layers = [n.agent, self.agent] if n.agent is not None else [self.agent]
+
+        def pick(name: str, default: Any) -> Any:
+            for layer in layers:
+                value = getattr(layer, name)
+                if value is not None:
+                    return value
+            return default
+
+        return AgentSettings(
+            mode=pick("mode", DEFAULT_AGENT_MODE),
+            python=pick("python", DEFAULT_PYTHON),
+            backend=pick("backend", DEFAULT_BACKEND),
+            sim_spec=pick("sim_spec", None),
+        )
+
+
+NodeRef = Union[Node, str]
+
+
+def _expand(path: str | None) -> str | None:
+    return os.path.expanduser(path) if path is not None else None
+
+
+@dataclass(frozen=True)
+class JumpSettings:
+    """A resolved jump host. `name` is the jump_hosts key or the literal as written."""
+
+    name: str
+    host: str
+    port: int | None
+    user: str | None
+    identity_file: str | None
+
+    @property
+    def effective_port(self) -> int:
+        return self.port if self.port is not None else DEFAULT_PORT
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """Everything needed to open one node's SSH connection.
+
+    `port` and `user` are None when neither the node nor the fleet sets them: then ~/.ssh/config
+    decides (with use_ssh_config), else port 22 and the local user. Local paths have ~ expanded and
+    are absolute when fleet.yaml was loaded from a file."""
+
+    host: str
+    port: int | None
+    user: str | None
+    identity_file: str | None
+    known_hosts: str | None
+    host_key_policy: HostKeyPolicy
+    connect_timeout: float
+    login_timeout: float
+    keepalive_interval: float
+    use_ssh_config: bool
+    jump: JumpSettings | None
+
+    @property
+    def effective_port(self) -> int:
+        return self.port if self.port is not None else DEFAULT_PORT
+
+    @property
+    def target(self) -> str:
+        """'user@host:port' for messages (user and port only when set)."""
+        host = f"[{self.host}]" if ":" in self.host and self.port is not None else self.host
+        text = f"{self.user}@{host}" if self.user else host
+        return f"{text}:{self.port}" if self.port is not None else text
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    mode: Literal["auto", "installed", "push"]
+    python: str
+    backend: str
+    sim_spec: str | None
+
+
+class _Index:
+    """Lookup tables of one Fleet, rebuilt when its node or team lists are replaced."""
+
+    def __init__(self, fleet: Fleet, key: tuple[int, int, int, int]) -> None:
+        self.key = key
+        self.nodes: dict[str, Node] = {}
+        for n in fleet.nodes:
+            self.nodes.setdefault(n.name, n)
+        self.users: dict[str, str] = {}
+        self.groups: dict[str, str] = {}
+        for team_name, team in fleet.teams.items():
+            for user in team.users:
+                self.users.setdefault(user, team_name)
+            for group in team.groups:
+                self.groups.setdefault(group, team_name)
+        self._gpu_owners: dict[int, dict[int, str]] = {}
+
+    def gpu_owners(self, node: Node) -> dict[int, str]:
+        mine = self.nodes.get(node.name) is node
+        cached = self._gpu_owners.get(id(node)) if mine else None
+        if cached is None:
+            cached = {}
+            for key, team in node.gpus.items():
+                for index in parse_gpu_indices(key):
+                    cached.setdefault(index, team)
+            if mine:
+                self._gpu_owners[id(node)] = cached
+        return cached
+
+
+Fleet.model_rebuild()
+
+__all__ = [
+    "SPEC_VERSION",
+    "AgentOptions",
+    "AgentSettings",
+    "Fleet",
+    "JumpHost",
+    "JumpSettings",
+    "Node",
+    "SshDefaults",
+    "SshOptions",
+    "SshSettings",
+    "Team",
+]
