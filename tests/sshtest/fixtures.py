@@ -1,11 +1,18 @@
-"""pytest fixtures for real-SSH tests. Import the ones a module uses, by name::
+"""pytest fixtures for real-SSH tests. A test module imports the ones it uses::
 
-    from tests.sshtest.fixtures import netns_hosts, sshd_loopback, sshtest_leak_check  # noqa: F401
+    from tests.sshtest.fixtures import (  # noqa: F401  (pytest finds them by their fixture names)
+        sshd_loopback_fixture,
+        sshtest_leak_check_fixture,
+    )
 
     pytestmark = pytest.mark.usefixtures("sshtest_leak_check")
 
     def test_something(sshd_loopback: Sshd) -> None:
         argv = sshd_loopback.ssh_argv("true")   # or: host, port, user, client_key, known_hosts
+
+The functions are named ``<fixture>_fixture`` and registered under ``<fixture>`` (pytest's
+``name=``), so a test's parameter ``sshd_loopback`` does not shadow an import (ruff F811) and no
+``conftest.py`` or ``pytest_plugins`` is needed.
 
 * ``sshd_loopback`` -> a started :class:`~tests.sshtest.sshd.Sshd` on 127.0.0.1, random port.
 * ``sshd_loopback_factory(**kwargs)`` -> another one each call (e.g. a jump host next to it).
@@ -66,8 +73,8 @@ def _teardown(servers: list[Sshd]) -> None:
         raise AssertionError("test sshd did not stop: " + "; ".join(errors))
 
 
-@pytest.fixture
-def sshd_loopback_factory(tmp_path: Path) -> Iterator[SshdFactory]:
+@pytest.fixture(name="sshd_loopback_factory")
+def sshd_loopback_factory_fixture(tmp_path: Path) -> Iterator[SshdFactory]:
     """Make started sshds on 127.0.0.1 (random free ports); all stopped at teardown."""
     reason = sshd_unavailable_reason()
     if reason is not None:
@@ -88,15 +95,15 @@ def sshd_loopback_factory(tmp_path: Path) -> Iterator[SshdFactory]:
         _teardown(servers)
 
 
-@pytest.fixture
-def sshd_loopback(sshd_loopback_factory: SshdFactory) -> Sshd:
+@pytest.fixture(name="sshd_loopback")
+def sshd_loopback_fixture(sshd_loopback_factory: SshdFactory) -> Sshd:
     """A started sshd on 127.0.0.1: ``host``, ``port``, ``user``, ``client_key``, ``known_hosts``,
     ``stop()``, ``kill()``, ``freeze()``, ``thaw()``, ``restart()``, ``logs()``, ``ssh_argv()``."""
     return sshd_loopback_factory()
 
 
-@pytest.fixture
-def netns_hosts(tmp_path: Path) -> Iterator[NetnsFactory]:
+@pytest.fixture(name="netns_hosts")
+def netns_hosts_fixture(tmp_path: Path) -> Iterator[NetnsFactory]:
     """Factory: ``netns_hosts(n, **sshd_kwargs)`` -> ``n`` test hosts, each with a started sshd.
 
     Every call adds hosts to the same lab (one /24); all hosts of the test share
@@ -130,8 +137,8 @@ def netns_hosts(tmp_path: Path) -> Iterator[NetnsFactory]:
                 assert not left, f"network namespaces or veths left behind: {left}"
 
 
-@pytest.fixture(scope="module")
-def sshtest_leak_check() -> Iterator[None]:
+@pytest.fixture(name="sshtest_leak_check", scope="module")
+def sshtest_leak_check_fixture() -> Iterator[None]:
     """At the end of the module: no sshd, namespace or veth of this process may be left."""
     yield
     leftover = [server.name for server in live_servers()]

@@ -326,21 +326,18 @@ def sweep_stale() -> list[int]:
     A test sshd is recognised by its command line: ``-f /tmp/gpuops-sshd-<pid>-.../sshd_config``
     where ``<pid>`` is the test process that started it. Listeners of living runs are left alone.
     """
-    marker = re.compile(r"/" + re.escape(TMP_PREFIX) + r"(\d+)-[^/]*/sshd_config$")
+    # sshd rewrites its command line ("sshd: /usr/sbin/sshd -D -e -f CONFIG [listener] ..."),
+    # so match the text, not argv.
+    marker = re.compile(r"sshd.* -f \S*/" + re.escape(TMP_PREFIX) + r"(\d+)-[^/\s]*/sshd_config(\s|$)")
     killed: list[int] = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            text = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if not argv or not argv[0].endswith(b"sshd") or b"-f" not in argv:
-            continue
-        index = argv.index(b"-f")
-        if index + 1 >= len(argv):
-            continue
-        match = marker.search(argv[index + 1].decode(errors="replace"))
+        match = marker.search(text)
         if match is None or int(match.group(1)) == os.getpid() or alive(int(match.group(1))):
             continue
         pid = int(entry)
@@ -586,12 +583,12 @@ class Sshd:
             return []
         return [self._proc.pid, *descendants(self._proc.pid)]
 
-    def _terminate(self, timeout: float) -> list[int]:
+    def _terminate(self, timeout: float, tree: list[int] | None = None) -> list[int]:
         """SIGTERM (and SIGCONT, in case they are frozen) the whole tree; SIGKILL what stays."""
         proc = self._proc
         if proc is None:
             return []
-        tree = self.processes()
+        tree = self.processes() + (tree or [])
         _signal(tree, signal.SIGTERM)
         _signal(tree, signal.SIGCONT)
         self._frozen = []
@@ -618,7 +615,9 @@ class Sshd:
         tree = self.processes()
         _signal(tree, signal.SIGKILL)
         self._frozen = []
-        self._terminate(timeout=5)
+        left = self._terminate(timeout=5, tree=tree)
+        if left:
+            raise SshdError(f"{self.name}: processes {left} survived SIGKILL")
 
     def restart(self, timeout: float = 10) -> Sshd:
         """Stop (if running) and start again on the same address and port, with the same keys."""
