@@ -98,7 +98,7 @@ def show(value: object) -> str:
         return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
     if isinstance(value, str):
         text = value if len(value) <= _MAX_SHOWN else value[: _MAX_SHOWN - 3] + "..."
-        return "'" + printable(text) + "'"
+        return repr(text)
     if isinstance(value, (list, tuple)):
         return "a list"
     if isinstance(value, dict):

@@ -21,6 +21,8 @@ from gpuops.spec.model import AgentOptions, Fleet, Node, SshDefaults, SshOptions
 from gpuops.spec.source import Document, decode, from_data, parse_yaml, read_text
 from gpuops.spec.types import SPEC_VERSION, closest
 
+EXTENSION_PREFIX = "x-"  # top-level keys for YAML anchors, ignored (as in docker compose files)
+
 _MISSING_HINTS = {
     "version": f"add 'version: {SPEC_VERSION}' at the top of the file",
     "nodes": "list the GPU servers under nodes:, each with at least a host",
@@ -78,6 +80,7 @@ def build_fleet(doc: Document) -> Fleet:
                 )
             )
         raise SpecError(issues)
+    data = {k: v for k, v in data.items() if not k.startswith(EXTENSION_PREFIX)}
     if doc.base_dir is not None:
         data = _anchor_paths(data, doc.base_dir)
     try:

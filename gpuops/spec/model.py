@@ -146,8 +146,16 @@ class Team(SpecModel):
     groups: list[GroupName] = Field(default_factory=list)
 
 
+def _name_is_optional(schema: dict[str, Any]) -> None:
+    required = schema.get("required")
+    if isinstance(required, list) and "name" in required:
+        required.remove("name")
+
+
 class Node(SpecModel):
     """One GPU server."""
+
+    model_config = ConfigDict(json_schema_extra=_name_is_optional)
 
     name: NodeName
     """Unique name; defaults to host when host is a plain name or IPv4 address."""
@@ -176,6 +184,14 @@ class Node(SpecModel):
 
 class Fleet(SpecModel):
     """fleet.yaml: the inventory of GPU nodes, the teams that own them and how to reach them."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_node_list(cls, data: Any) -> Any:
+        # `nodes:` with every entry commented out is an empty fleet, not a type error.
+        if isinstance(data, dict) and "nodes" in data and data["nodes"] is None:
+            return {**data, "nodes": []}
+        return data
 
     version: Version
     """Format version; 1."""

@@ -13,8 +13,26 @@ def fleet_json_schema() -> dict[str, Any]:
     """The schema of what `load_fleet` accepts field by field; the rules that span fields (unique
     names, owners that must be teams, ...) are only checked by `gpuops validate`."""
     schema = Fleet.model_json_schema(mode="validation")
-    return {
-        "$schema": SCHEMA_DIALECT,
-        "title": "gpuops fleet.yaml",
-        **{k: v for k, v in schema.items() if k != "title"},
-    }
+    body = {k: v for k, v in schema.items() if k != "title"}
+    _allow_empty_mappings(body)
+    body["patternProperties"] = {"^x-": {"description": "ignored: a place for YAML anchors"}}
+    return {"$schema": SCHEMA_DIALECT, "title": "gpuops fleet.yaml", **body}
+
+
+def _allow_empty_mappings(node: Any) -> None:
+    """A key left empty (`teams:` / `nlp:` with nothing under it) means its default: let a null
+    stand wherever a mapping of settings is expected."""
+    if isinstance(node, list):
+        for item in node:
+            _allow_empty_mappings(item)
+        return
+    if not isinstance(node, dict):
+        return
+    for key in ("properties", "patternProperties"):
+        members = node.get(key)
+        if isinstance(members, dict):
+            for name, sub in members.items():
+                if isinstance(sub, dict) and set(sub) == {"$ref"}:
+                    members[name] = {"anyOf": [sub, {"type": "null"}]}
+    for value in node.values():
+        _allow_empty_mappings(value)

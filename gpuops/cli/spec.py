@@ -1,0 +1,99 @@
+"""`gpuops validate` and `gpuops schema`: check fleet.yaml files, print their JSON Schema.
+
+gpuops validate FLEET.yaml... [--json]   every mistake as file:line:column: path: message (exit 1)
+gpuops schema [-o FILE]                  the JSON Schema, for editors (yaml-language-server)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from gpuops.spec import Fleet, SpecError, SpecIssue, fleet_json_schema, load_fleet
+from gpuops.spec.errors import printable
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate)
+    app.command("schema")(schema)
+
+
+def _say(text: str, *, err: bool = False) -> None:
+    stream = sys.stderr if err else sys.stdout
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        text = text.replace("\u2014", "-").encode("ascii", "backslashreplace").decode("ascii")
+    typer.echo(text, err=err)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _summary(fleet: Fleet) -> str:
+    return f"{_plural(len(fleet.nodes), 'node')}, {_plural(len(fleet.teams), 'team')}"
+
+
+def _check(name: str) -> tuple[Fleet | None, list[SpecIssue]]:
+    try:
+        return load_fleet(name), []
+    except SpecError as exc:
+        return None, exc.errors
+    except Exception as exc:  # a bug must still not print a traceback
+        what = printable(f"{type(exc).__name__}: {exc}")
+        return None, [SpecIssue(name, 0, 0, "", f"internal error ({what}); please report this")]
+
+
+def validate(
+    files: Annotated[
+        list[str], typer.Argument(metavar="FLEET.yaml...", help="Files to check ('-' reads standard input).")
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object with every file's result and errors.")
+    ] = False,
+) -> None:
+    """Check fleet.yaml files: every mistake with its file:line:column (exit 1 if any)."""
+    failed = False
+    results: list[dict[str, Any]] = []
+    for name in files:
+        fleet, issues = _check(name)
+        failed = failed or fleet is None
+        if as_json:
+            entry: dict[str, Any] = {"file": name, "ok": fleet is not None}
+            if fleet is not None:
+                entry.update(nodes=len(fleet.nodes), teams=len(fleet.teams))
+            entry["errors"] = [issue.to_json() for issue in issues]
+            results.append(entry)
+        elif fleet is not None:
+            _say(f"{printable(name)}: OK \u2014 {_summary(fleet)}")
+        else:
+            for issue in issues:
+                _say(str(issue), err=True)
+    if as_json:
+        _say(json.dumps({"ok": not failed, "files": results}, indent=2))
+    if failed:
+        raise typer.Exit(1)
+
+
+def schema(
+    output: Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", help="Write the schema to this file instead of stdout."),
+    ] = None,
+) -> None:
+    """Print the JSON Schema of fleet.yaml, for editors (see docs/fleet-yaml.md)."""
+    text = json.dumps(fleet_json_schema(), indent=2) + "\n"
+    if output is None:
+        _say(text.rstrip("\n"))
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _say(printable(f"{output}: cannot write: {exc.strerror or exc}"), err=True)
+        raise typer.Exit(1) from None
