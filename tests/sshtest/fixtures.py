@@ -112,6 +112,7 @@ def netns_hosts_fixture(tmp_path: Path) -> Iterator[NetnsFactory]:
     reason = sshd_in_netns_unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
+    sweep_stale()  # sshds of dead runs; the lab sweeps namespaces of dead runs itself
     shared = tmp_path / "netns"
     shared.mkdir()
     lab: NetnsLab | None = None

@@ -60,7 +60,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -276,7 +276,7 @@ def _wait_gone(pids: Iterable[int], timeout: float) -> list[int]:
 _PR_SET_PDEATHSIG = 1
 
 
-def _pdeathsig_preexec() -> object:
+def _pdeathsig_preexec() -> Callable[[], None] | None:
     """A preexec_fn that makes the child get SIGTERM when the thread that started it dies.
 
     Only used from the main thread: a worker thread (an executor's) may end while the test goes on.
@@ -545,7 +545,7 @@ class Sshd:
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
-                preexec_fn=_pdeathsig_preexec(),  # type: ignore[arg-type]
+                preexec_fn=_pdeathsig_preexec(),
             )
         with _LIVE_LOCK:
             _LIVE[id(self)] = self
