@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv native test lint typecheck compat pytest demo gpu-test clean
+.PHONY: all venv native test-deps test lint typecheck compat pytest demo gpu-test clean
 
 all: test
 
@@ -33,7 +33,11 @@ typecheck: venv
 compat: venv
 	$(BIN)/vermin --no-tips --violations -t=3.8- --eval-annotations gpuops/core gpuops/node
 
-pytest: venv native
+# Debian packages the real-SSH tests need (openssh-server, iproute2, tmux); fast when present.
+test-deps:
+	@bash scripts/install-test-deps.sh
+
+pytest: venv native test-deps
 	$(BIN)/python -m pytest -q -m "not gpu"
 
 test: venv native lint typecheck compat pytest
