@@ -10,7 +10,6 @@ Mapping keys are always text: ``7: nlp`` gives the key ``"7"``, as written.
 
 from __future__ import annotations
 
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,11 +110,9 @@ def parse_yaml(text: str, file: str) -> Document:
     """Compose `text` and convert it; syntax errors become located issues in `Document.issues`."""
     doc = Document(file)
     yaml = YAML(typ="safe", pure=True)
-    old_limit = sys.getrecursionlimit()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            sys.setrecursionlimit(max(old_limit, 4000))
             root = yaml.compose(text)
     except MarkedYAMLError as exc:
         doc.issues.append(_syntax_issue(exc, file))
@@ -135,9 +132,7 @@ def parse_yaml(text: str, file: str) -> Document:
             SpecIssue(file, 1, 1, "", f"cannot parse YAML: {_one_line(str(exc)) or type(exc).__name__}")
         )
         return doc
-    finally:
-        sys.setrecursionlimit(old_limit)
-    if root is None:
+    if root is None or (isinstance(root, ScalarNode) and root.tag == _TAG + "null" and not root.value):
         doc.issues.append(
             SpecIssue(
                 file, 1, 1, "", "file is empty", "a fleet file starts with 'version: 1' and lists 'nodes:'"
@@ -181,7 +176,9 @@ def _syntax_issue(exc: MarkedYAMLError, file: str) -> SpecIssue:
     problem = _one_line(str(exc.problem or ""))
     context = _one_line(str(exc.context or ""))
     if "'\\t'" in problem:
-        return SpecIssue(file, line, column, "", "tab character in indentation", "YAML indents with spaces")
+        return SpecIssue(
+            file, line, column, "", "tab character where YAML expects spaces", "indent with spaces"
+        )
     message = problem or context or "invalid YAML"
     if problem and context:
         where = exc.context_mark
