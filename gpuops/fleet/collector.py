@@ -100,9 +100,12 @@ class Collector:
         interval: float = 1.0,
         max_handshakes: int = 64,
         on_change: Callable[[], None] | None = None,
+        silence_limit: float | None = None,
+        backoff_max: float = BACKOFF_MAX,
     ) -> None:
         self.interval = interval
-        self.silence_limit = max(5 * interval, 10.0)
+        self.silence_limit = silence_limit if silence_limit is not None else max(5 * interval, 10.0)
+        self.backoff_max = backoff_max
         self._records = {t.name: _NodeRecord(t) for t in targets}
         self._handshakes = asyncio.Semaphore(max_handshakes)
         self._tasks: list[asyncio.Task[None]] = []
@@ -184,7 +187,7 @@ class Collector:
                 reason = f"{type(exc).__name__}: {exc}"
             record.attempts += 1
             self._update(record, state=UNREACHABLE, reason=reason)
-            backoff = BACKOFF_FIRST if got_data else min(backoff * 2, BACKOFF_MAX)
+            backoff = BACKOFF_FIRST if got_data else min(backoff * 2, self.backoff_max)
             await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
 
     async def _session(self, record: _NodeRecord) -> bool:

@@ -27,7 +27,7 @@ class SshTarget:
     """Everything needed to reach one host; built from fleet.yaml (see fleet/targets.py)."""
 
     host: str
-    port: int = 22
+    port: int | None = None  # None: ~/.ssh/config decides, else 22
     user: str | None = None
     identity_files: tuple[str, ...] = ()
     known_hosts: str | None = None  # None: ~/.ssh/known_hosts
@@ -39,8 +39,13 @@ class SshTarget:
     jump: SshTarget | None = field(default=None)
 
     @property
+    def effective_port(self) -> int:
+        return 22 if self.port is None else self.port
+
+    @property
     def address(self) -> str:
-        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+        """How OpenSSH names the host in known_hosts: `host`, or `[host]:port` off port 22."""
+        return self.host if self.effective_port == 22 else f"[{self.host}]:{self.effective_port}"
 
     def known_hosts_path(self) -> Path:
         return Path(os.path.expanduser(self.known_hosts or "~/.ssh/known_hosts"))
@@ -80,7 +85,7 @@ def _known_entries(target: SshTarget) -> bool:
         addr = socket.gethostbyname(target.host)
     except OSError:
         addr = target.host
-    port = target.port if target.port != 22 else None
+    port = target.effective_port if target.effective_port != 22 else None
     host_keys, ca_keys, *_rest = known.match(target.host, addr, port)
     return bool(host_keys or ca_keys)
 
@@ -95,22 +100,25 @@ def _record_host_key(target: SshTarget, key: asyncssh.SSHKey) -> None:
 
 def _trust_hint(target: SshTarget) -> str:
     scan = ["ssh-keyscan"]
-    if target.port != 22:
-        scan += ["-p", str(target.port)]
+    if target.effective_port != 22:
+        scan += ["-p", str(target.effective_port)]
     scan.append(target.host)
     return f"{shlex.join(scan)} >> {shlex.quote(str(target.known_hosts_path()))}"
 
 
 def _options(target: SshTarget, tunnel: Any) -> dict[str, Any]:
+    known = target.known_hosts_path()
     options: dict[str, Any] = {
-        "port": target.port,
-        "known_hosts": str(target.known_hosts_path()),
+        # A missing file means "no host is known yet", not an error (first use, accept-new).
+        "known_hosts": str(known) if known.exists() else asyncssh.import_known_hosts(""),
         "connect_timeout": target.connect_timeout,
         "login_timeout": target.login_timeout,
         "keepalive_interval": target.keepalive_interval,
         "keepalive_count_max": 3,
         "tunnel": tunnel,
     }
+    if target.port is not None:
+        options["port"] = target.port
     if target.user:
         options["username"] = target.user
     if target.identity_files:
@@ -156,7 +164,7 @@ async def _handshake(target: SshTarget, tunnel: Any) -> asyncssh.SSHClientConnec
         raise SshError("timeout", f"{where}: no answer within {deadline:g}s") from None
     except ConnectionRefusedError:
         raise SshError(
-            "refused", f"{where}: connection refused (is sshd running on port {target.port}?)"
+            "refused", f"{where}: connection refused (is sshd running on port {target.effective_port}?)"
         ) from None
     except socket.gaierror as exc:
         raise SshError("unreachable", f"{where}: cannot resolve host ({exc.strerror})") from None

@@ -1,0 +1,536 @@
+"""The sim fleet process, and starting and stopping it in the background.
+
+`python -m gpuops.fleet.simfleet serve --dir DIR [--scenario S] [--nodes N] [--seed S]` builds the
+scenario, generates keys, listens on 127.0.0.1 (one port per node), writes the files below into
+DIR and serves until SIGTERM or SIGINT. `launch()` and `stop()` are what `gpuops sim up/down` call.
+
+Files in DIR (mode 0700):
+
+| file | what |
+|---|---|
+| `fleet.yaml` | the inventory: one node per simulated node, `agent: {mode: installed, backend: sim}` |
+| `known_hosts` | the sim fleet's host key for every node's `[127.0.0.1]:port` |
+| `id_ed25519`, `id_ed25519.pub` | the client key, the only one the nodes accept (0600) |
+| `simfleet.json` | what runs: pid, scenario, seed, epoch, teams, nodes with ports and queued work |
+| `simfleet.log` | the process's log (and its stdout/stderr when started by `launch`) |
+| `simfleet.lock` | held (flock) by the running process: at most one fleet per DIR |
+| `simfleet.pid`, `ready` | written when every port listens; removed on a clean exit |
+
+Keys are generated on every start: ports change anyway, and nothing stale is ever trusted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import getpass
+import json
+import logging
+import logging.handlers
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from gpuops.fleet.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
+from gpuops.fleet.simfleet.server import SimFleetServer
+
+log = logging.getLogger("gpuops.simfleet")
+
+HOST = "127.0.0.1"
+KNOWN_HOSTS_PER_LINE = 64  # hosts per known_hosts line: one key parse covers many nodes
+STATE_VERSION = 1
+READY_TIMEOUT = 60.0
+STOP_TIMEOUT = 10.0
+
+
+class SimFleetError(Exception):
+    """Starting or stopping failed; the message is one line for a person."""
+
+
+@dataclass(frozen=True)
+class SimPaths:
+    dir: Path
+
+    @property
+    def fleet(self) -> Path:
+        return self.dir / "fleet.yaml"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.dir / "known_hosts"
+
+    @property
+    def client_key(self) -> Path:
+        return self.dir / "id_ed25519"
+
+    @property
+    def client_pub(self) -> Path:
+        return self.dir / "id_ed25519.pub"
+
+    @property
+    def state(self) -> Path:
+        return self.dir / "simfleet.json"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "simfleet.log"
+
+    @property
+    def lock(self) -> Path:
+        return self.dir / "simfleet.lock"
+
+    @property
+    def pid(self) -> Path:
+        return self.dir / "simfleet.pid"
+
+    @property
+    def ready(self) -> Path:
+        return self.dir / "ready"
+
+
+def default_dir() -> Path:
+    """`$XDG_RUNTIME_DIR/gpuops-sim`, else `~/.cache/gpuops/sim`."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir():
+        return Path(runtime) / "gpuops-sim"
+    return Path.home() / ".cache" / "gpuops" / "sim"
+
+
+# ---- files -------------------------------------------------------------------------------------
+
+
+def _write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    """Write atomically (temporary file, then rename) with the given mode from the start."""
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.replace(tmp, path)
+
+
+def known_hosts_text(ports: Sequence[int], host_key: asyncssh.SSHKey, host: str = HOST) -> str:
+    public = host_key.export_public_key("openssh").decode().split()
+    key = f"{public[0]} {public[1]}"
+    lines = ["# gpuops sim fleet: one host key for every simulated node\n"]
+    for i in range(0, len(ports), KNOWN_HOSTS_PER_LINE):
+        names = ",".join(f"[{host}]:{p}" for p in ports[i : i + KNOWN_HOSTS_PER_LINE])
+        lines.append(f"{names} {key}\n")
+    return "".join(lines)
+
+
+def fleet_document(plan: SimFleetPlan, ports: dict[str, int], paths: SimPaths, user: str) -> dict[str, Any]:
+    """fleet.yaml as plain data (the schema of docs/fleet-yaml.md)."""
+    return {
+        "version": 1,
+        "ssh": {
+            "user": user,
+            "identity_file": str(paths.client_key),
+            "known_hosts": str(paths.known_hosts),
+            "host_key_policy": "strict",
+        },
+        "agent": {"mode": "installed", "backend": "sim"},
+        "interval": "1s",
+        "teams": {team: {"users": list(users)} for team, users in plan.teams.items()},
+        "nodes": [
+            {
+                "name": node.name,
+                "host": HOST,
+                "port": ports[node.name],
+                "owner": node.owner,
+                "labels": dict(node.labels),
+            }
+            for node in plan.nodes
+        ],
+    }
+
+
+def fleet_yaml_text(document: dict[str, Any], plan: SimFleetPlan, path: Path) -> str:
+    """fleet.yaml text, written by the spec package and checked by its loader."""
+    from gpuops.spec import dump_fleet, fleet_from_data, parse_fleet
+
+    fleet = fleet_from_data(document, str(path), base_dir=path.parent)
+    comment = (
+        f"Written by `gpuops sim up` (scenario {plan.scenario}, seed {plan.seed}, {len(plan.nodes)} nodes);\n"
+        "rewritten on every start. Stop the fleet with: gpuops sim down"
+    )
+    text = dump_fleet(fleet, comment=comment)
+    parse_fleet(text, str(path), base_dir=path.parent)  # what we write, we can read back
+    return text
+
+
+def state_document(plan: SimFleetPlan, ports: dict[str, int], paths: SimPaths, user: str) -> dict[str, Any]:
+    return {
+        "version": STATE_VERSION,
+        "pid": os.getpid(),
+        "started": time.time(),
+        "scenario": plan.scenario,
+        "seed": plan.seed,
+        "epoch": plan.epoch,
+        "user": user,
+        "host": HOST,
+        "fleet": str(paths.fleet),
+        "teams": {team: list(users) for team, users in plan.teams.items()},
+        "nodes": [
+            {
+                "name": node.name,
+                "port": ports[node.name],
+                "owner": node.owner,
+                "profile": node.profile,
+                "gpus": node.gpu_count,
+                "queued": node.queued(),
+            }
+            for node in plan.nodes
+        ],
+    }
+
+
+def read_state(directory: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(SimPaths(directory).state.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# ---- the lock: at most one fleet per directory -------------------------------------------------
+
+
+def _try_lock(paths: SimPaths) -> int | None:
+    """The locked fd, or None when another process holds the lock."""
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _read_pid(paths: SimPaths) -> int | None:
+    try:
+        text = paths.pid.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def running_pid(directory: Path) -> int | None:
+    """The pid of the fleet running in `directory` (0 if it runs but its pid is not known yet),
+    or None when none runs. Decided by the lock, so a stale pid file never counts."""
+    paths = SimPaths(directory)
+    if not paths.lock.exists():
+        return None
+    fd = _try_lock(paths)
+    if fd is not None:
+        os.close(fd)
+        return None
+    return _read_pid(paths) or 0
+
+
+# ---- the serving process -----------------------------------------------------------------------
+
+
+def _utc_offset() -> str:
+    seconds = time.localtime().tm_gmtoff
+    sign = "+" if seconds >= 0 else "-"
+    seconds = abs(seconds)
+    return f"{sign}{seconds // 3600:02d}:{seconds % 3600 // 60:02d}"
+
+
+def _setup_logging(paths: SimPaths) -> None:
+    handler = logging.handlers.RotatingFileHandler(paths.log, maxBytes=4 * 1024 * 1024, backupCount=1)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    root = logging.getLogger("gpuops")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    if sys.stderr.isatty():
+        root.addHandler(logging.StreamHandler(sys.stderr))
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
+    logging.getLogger("asyncssh").addHandler(handler)
+
+
+async def serve(
+    directory: Path,
+    scenario: str = "silos",
+    nodes: int | None = None,
+    seed: int = 0,
+    user: str | None = None,
+    base_port: int = 0,
+) -> None:
+    """Serve a sim fleet until SIGTERM/SIGINT (the lock must be held by the caller)."""
+    paths = SimPaths(directory)
+    user = user or getpass.getuser()
+    started = time.monotonic()
+    plan = build_fleet(scenario, nodes, seed, epoch=float(int(time.time())), utc_offset=_utc_offset())
+
+    from gpuops.node.backends.sim import SimBackend
+
+    backends = [(node.name, SimBackend(spec=node.spec)) for node in plan.nodes]
+    host_key = asyncssh.generate_private_key("ssh-ed25519", comment="gpuops-sim-host")
+    client_key = asyncssh.generate_private_key("ssh-ed25519", comment="gpuops-sim-client")
+    server = SimFleetServer(backends, host_key, client_key, user, host=HOST)
+    ports = await server.start(base_port)
+    try:
+        port_list = [ports[node.name] for node in plan.nodes]
+        _write(paths.client_key, client_key.export_private_key("openssh"), 0o600)
+        _write(paths.client_pub, client_key.export_public_key("openssh"), 0o644)
+        _write(paths.known_hosts, known_hosts_text(port_list, host_key), 0o644)
+        _write(paths.fleet, fleet_yaml_text(fleet_document(plan, ports, paths, user), plan, paths.fleet))
+        _write(paths.state, json.dumps(state_document(plan, ports, paths, user), indent=1) + "\n")
+        _write(paths.pid, f"{os.getpid()}\n")
+        _write(paths.ready, f"{os.getpid()}\n")
+        log.info(
+            "serving %d simulated nodes (scenario %s, seed %d) on %s ports %d-%d as user %s; ready in %.2fs",
+            len(plan.nodes),
+            plan.scenario,
+            plan.seed,
+            HOST,
+            min(port_list),
+            max(port_list),
+            user,
+            time.monotonic() - started,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        for path in (paths.ready, paths.pid):
+            with contextlib.suppress(OSError):
+                path.unlink()
+        await server.close()
+        log.info("stopped")
+
+
+def serve_main(
+    directory: Path, scenario: str, nodes: int | None, seed: int, user: str | None, base_port: int
+) -> int:
+    directory = directory.expanduser().absolute()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    paths = SimPaths(directory)
+    lock = _try_lock(paths)
+    if lock is None:
+        pid = _read_pid(paths)
+        print(f"error: a simulated fleet already runs in {directory} (pid {pid or '?'})", file=sys.stderr)
+        return 1
+    try:
+        for path in (paths.ready, paths.pid):
+            with contextlib.suppress(OSError):
+                path.unlink()
+        _setup_logging(paths)
+        try:
+            asyncio.run(serve(directory, scenario, nodes, seed, user, base_port))
+        except ScenarioError as exc:
+            log.error("%s", exc)
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            log.error("cannot serve: %s", exc)
+            print(f"error: cannot serve: {exc}", file=sys.stderr)
+            return 1
+        except Exception as exc:  # the log must say why, in one last line
+            log.exception("the sim fleet failed")
+            log.error("the sim fleet failed: %s: %s", type(exc).__name__, str(exc).splitlines()[0][:300])
+            return 1
+        return 0
+    finally:
+        os.close(lock)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpuops.fleet.simfleet")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("serve", help="serve a simulated fleet in the foreground")
+    run.add_argument("--dir", type=Path, default=None, help="where to write fleet.yaml, keys, log")
+    run.add_argument("--scenario", choices=SCENARIOS, default="silos")
+    run.add_argument("--nodes", type=int, default=None)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--user", default=None, help="the login the nodes accept (default: you)")
+    run.add_argument(
+        "--base-port", type=int, default=0, help="consecutive ports from here (default: free ports)"
+    )
+    args = parser.parse_args(argv)
+    directory = args.dir if args.dir is not None else default_dir()
+    return serve_main(directory, args.scenario, args.nodes, args.seed, args.user, args.base_port)
+
+
+# ---- starting and stopping it in the background -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launched:
+    pid: int
+    dir: Path
+    state: dict[str, Any]
+    seconds: float  # from start to ready
+
+
+def _last_log_line(paths: SimPaths) -> str:
+    try:
+        with open(paths.log, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def launch(
+    directory: Path,
+    scenario: str = "silos",
+    nodes: int | None = None,
+    seed: int = 0,
+    user: str | None = None,
+    base_port: int = 0,
+    timeout: float = READY_TIMEOUT,
+) -> Launched:
+    """Start the fleet process detached (own session, stdio to the log) and wait until ready."""
+    count = len(build_fleet(scenario, nodes, seed).nodes)  # a bad scenario or count fails here
+    if base_port and not 1 <= base_port <= 65536 - count:
+        raise ScenarioError(f"--base-port {base_port} leaves no room for {count} consecutive ports")
+    directory = directory.expanduser().absolute()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    paths = SimPaths(directory)
+    pid = running_pid(directory)
+    if pid is not None:
+        raise SimFleetError(
+            f"a simulated fleet already runs in {directory} (pid {pid or '?'}); "
+            f"stop it first: gpuops sim down --dir {directory}"
+        )
+    with contextlib.suppress(OSError):
+        paths.ready.unlink()
+    argv = [sys.executable, "-m", "gpuops.fleet.simfleet", "serve", "--dir", str(directory)]
+    argv += ["--scenario", scenario, "--seed", str(seed), "--base-port", str(base_port)]
+    if nodes is not None:
+        argv += ["--nodes", str(nodes)]
+    if user:
+        argv += ["--user", user]
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[3])  # so `-m gpuops...` works from "/"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    started = time.monotonic()
+    with open(paths.log, "ab") as log_file:
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            cwd="/",
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    deadline = started + timeout
+    while True:
+        code = child.poll()
+        if code is not None:
+            line = _last_log_line(paths)
+            raise SimFleetError(f"the sim fleet exited with status {code}" + (f": {line}" if line else ""))
+        try:
+            if paths.ready.read_text().strip() == str(child.pid):
+                break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            _terminate(child.pid, STOP_TIMEOUT)
+            line = _last_log_line(paths)
+            raise SimFleetError(
+                f"the sim fleet was not ready within {timeout:g}s"
+                + (f" (last log line: {line})" if line else "")
+            )
+        time.sleep(0.05)
+    state = read_state(directory) or {}
+    return Launched(child.pid, directory, state, time.monotonic() - started)
+
+
+def _is_ours(pid: int) -> bool:
+    """Whether pid is a sim fleet process (guards against a recycled pid); True where /proc
+    cannot tell."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()
+    except OSError:
+        return True
+    return b"gpuops.fleet.simfleet" in cmdline
+
+
+def _gone(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError, OSError):
+        done, _status = os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+        if done == pid:
+            return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _terminate(pid: int, timeout: float) -> bool:
+    """SIGTERM, wait, SIGKILL; True if it ended on SIGTERM."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _gone(pid):
+            return True
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and not _gone(pid):
+        time.sleep(0.05)
+    return False
+
+
+def stop(directory: Path, timeout: float = STOP_TIMEOUT) -> str:
+    """Stop the fleet in `directory`; idempotent. Returns one line saying what happened."""
+    directory = directory.expanduser().absolute()
+    paths = SimPaths(directory)
+    pid = running_pid(directory)
+    if pid is None:
+        for path in (paths.ready, paths.pid):
+            with contextlib.suppress(OSError):
+                path.unlink()
+        return f"no simulated fleet runs in {directory}"
+    if pid == 0:
+        # Starting: its pid is written once it listens. Wait a little for it.
+        deadline = time.monotonic() + timeout
+        while pid == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            pid = running_pid(directory)
+        if pid is None:
+            return f"no simulated fleet runs in {directory}"
+        if pid == 0:
+            raise SimFleetError(f"a simulated fleet is starting in {directory} but has written no pid yet")
+    if not _is_ours(pid):
+        raise SimFleetError(f"pid {pid} in {paths.pid} is not a sim fleet process; not stopping it")
+    clean = _terminate(pid, timeout)
+    for path in (paths.ready, paths.pid):
+        with contextlib.suppress(OSError):
+            path.unlink()
+    how = "stopped" if clean else f"killed (no exit within {timeout:g}s of SIGTERM)"
+    return f"simulated fleet in {directory} (pid {pid}) {how}"
