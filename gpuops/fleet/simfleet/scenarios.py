@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -477,8 +477,7 @@ def _silos(nodes: int, seed: int, epoch: float, utc_offset: str) -> SimFleetPlan
                 utc_offset,
             )
         )
-    teams = {t.name: t.members for t in _SILO_TEAMS}
-    return SimFleetPlan("silos", seed, epoch, teams, tuple(out))
+    return SimFleetPlan("silos", seed, epoch, _teams_in(out, _SILO_TEAMS), tuple(out))
 
 
 def _node(
@@ -565,7 +564,13 @@ def _large(nodes: int, seed: int, epoch: float, utc_offset: str) -> SimFleetPlan
         name = f"sim-{team.name}-{counters[team.name]:03d}"
         mig_tenants = [teams[(k + j) % team_count] for j in (1, 2, 3)]
         out.append(_node(name, team, profile, shape, people, mig_tenants, "large", seed, epoch, utc_offset))
-    return SimFleetPlan("large", seed, epoch, {t.name: t.members for t in teams}, tuple(out))
+    return SimFleetPlan("large", seed, epoch, _teams_in(out, teams), tuple(out))
+
+
+def _teams_in(nodes: list[SimNode], teams: Sequence[_Team]) -> dict[str, tuple[str, ...]]:
+    """The teams that own a node or run work on one, in the order given."""
+    present = {t for node in nodes for t in node.spec["tenants"]}
+    return {t.name: t.members for t in teams if t.name in present}
 
 
 # ---- entry ---------------------------------------------------------------------------------------

@@ -1,0 +1,150 @@
+"""`gpuops sim`: a simulated GPU fleet on this machine — real SSH servers on 127.0.0.1.
+
+gpuops sim up [--nodes N] [--scenario silos|large] [--dir DIR] [--seed S]   start it in the background
+gpuops sim status [--dir DIR]                                               is it running, and what
+gpuops sim down [--dir DIR]                                                 stop it (idempotent)
+
+DIR (default `$XDG_RUNTIME_DIR/gpuops-sim`, else `~/.cache/gpuops/sim`) receives fleet.yaml,
+known_hosts, the client key and the log. See docs/simulator.md, "Simulated fleet".
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+
+from gpuops.cli.errors import fail
+
+sim_app = typer.Typer(
+    name="sim",
+    help="A simulated GPU fleet on this machine: real SSH servers on 127.0.0.1, one per node.",
+    no_args_is_help=True,
+)
+
+_LIST_NODES_UP_TO = 12
+_LIST_TEAMS_UP_TO = 12
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sim_app, name="sim")
+
+
+def _dir(directory: Path | None) -> Path:
+    from gpuops.fleet.simfleet import default_dir
+
+    return (directory if directory is not None else default_dir()).expanduser().absolute()
+
+
+def _dir_flag(directory: Path) -> str:
+    """` --dir DIR` when DIR is not the default, for the commands we suggest."""
+    from gpuops.fleet.simfleet import default_dir
+
+    return "" if directory == default_dir().absolute() else f" --dir {shlex.quote(str(directory))}"
+
+
+def _describe(state: dict[str, Any], directory: Path) -> list[str]:
+    nodes = state.get("nodes") or []
+    teams = state.get("teams") or {}
+    per_team = Counter(str(n.get("owner")) for n in nodes)
+    gpus = sum(int(n.get("gpus", 0)) for n in nodes)
+    queued = sum(len(n.get("queued") or []) for n in nodes)
+    lines = [
+        f"  scenario: {state.get('scenario')} (seed {state.get('seed')}), "
+        f"{len(nodes)} nodes, {gpus} GPUs, {queued} queued jobs",
+        "  teams:    "
+        + ", ".join(f"{t} ({per_team.get(t, 0)})" for t in list(teams)[:_LIST_TEAMS_UP_TO])
+        + (f" and {len(teams) - _LIST_TEAMS_UP_TO} more" if len(teams) > _LIST_TEAMS_UP_TO else ""),
+        f"  dir:      {directory}",
+    ]
+    if len(nodes) <= _LIST_NODES_UP_TO:
+        width = max(len(str(n.get("name"))) for n in nodes) if nodes else 0
+        lines.append("  nodes:")
+        for n in nodes:
+            lines.append(
+                f"    {n.get('name')!s:<{width}}  {state.get('host', '127.0.0.1')}:{n.get('port')}  "
+                f"owner {n.get('owner')}, {n.get('gpus')} GPUs, {n.get('profile')}"
+            )
+    else:
+        ports = [int(n.get("port", 0)) for n in nodes]
+        lines.append(f"  nodes:    {state.get('host', '127.0.0.1')} ports {min(ports)}-{max(ports)}")
+    return lines
+
+
+@sim_app.command("up")
+def up(
+    nodes: int | None = typer.Option(
+        None, "--nodes", "-n", help="How many nodes (default: 8 for silos, 200 for large)."
+    ),
+    scenario: str = typer.Option("silos", "--scenario", "-s", help="silos (the demo) or large (benchmarks)."),
+    directory: Path | None = typer.Option(
+        None, "--dir", help="Where fleet.yaml, keys and the log go (default: $XDG_RUNTIME_DIR/gpuops-sim)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Same seed, same fleet."),
+    base_port: int = typer.Option(
+        0, "--base-port", help="Listen on consecutive ports from here (default: free ports)."
+    ),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait until every node listens."),
+) -> None:
+    """Start a simulated fleet in the background and write fleet.yaml for it."""
+    from gpuops.fleet.simfleet import ScenarioError, SimFleetError, launch
+
+    where = _dir(directory)
+    if not 0 <= base_port <= 65535:
+        fail(f"--base-port must be 0 (free ports) or a port from 1 to 65535 (got {base_port})", code=2)
+    try:
+        started = launch(where, scenario, nodes, seed, base_port=base_port, timeout=timeout)
+    except ScenarioError as exc:
+        fail(escape(str(exc)), code=2)
+    except SimFleetError as exc:
+        fail(escape(str(exc)))
+    except OSError as exc:
+        fail(escape(f"cannot start the sim fleet in {where}: {exc.strerror or exc}"))
+    state = started.state
+    typer.echo(f"sim fleet up (pid {started.pid}, ready in {started.seconds:.1f}s)")
+    for line in _describe(state, where):
+        typer.echo(line)
+    fleet = shlex.quote(str(where / "fleet.yaml"))
+    typer.echo("next:")
+    typer.echo(f"  gpuops discover -f {fleet}")
+    typer.echo(f"  gpuops status -f {fleet}")
+    typer.echo(f"  gpuops sim down{_dir_flag(where)}")
+
+
+@sim_app.command("down")
+def down(
+    directory: Path | None = typer.Option(None, "--dir", help="The fleet's directory (as given to sim up)."),
+    timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait after SIGTERM before SIGKILL."),
+) -> None:
+    """Stop the simulated fleet (nothing to do if none runs)."""
+    from gpuops.fleet.simfleet import SimFleetError, stop
+
+    try:
+        typer.echo(stop(_dir(directory), timeout=timeout))
+    except SimFleetError as exc:
+        fail(escape(str(exc)))
+
+
+@sim_app.command("status")
+def status(
+    directory: Path | None = typer.Option(None, "--dir", help="The fleet's directory (as given to sim up)."),
+) -> None:
+    """Whether a simulated fleet runs, and what it serves (exit 1 when none runs)."""
+    from gpuops.fleet.simfleet import read_state, running_pid
+
+    where = _dir(directory)
+    pid = running_pid(where)
+    if pid is None:
+        typer.echo(f"no simulated fleet runs in {where}")
+        raise typer.Exit(1)
+    state = read_state(where)
+    if pid == 0 or state is None or state.get("pid") != pid:
+        typer.echo(f"a simulated fleet is starting in {where}")
+        return
+    typer.echo(f"sim fleet running (pid {pid})")
+    for line in _describe(state, where):
+        typer.echo(line)
