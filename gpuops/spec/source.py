@@ -198,8 +198,12 @@ class _NodeConverter:
         self.count = 0
         self.active: set[int] = set()
 
-    def _problem(self, node: Node, path: DataPath, message: str, hint: str = "") -> None:
-        self.doc.refused.add(path)
+    def _problem(
+        self, node: Node, path: DataPath, message: str, hint: str = "", *, refused: bool = True
+    ) -> None:
+        """Report a problem; `refused`: the value at `path` was replaced by null."""
+        if refused:
+            self.doc.refused.add(path)
         line, column = _mark(node)
         self.doc.issues.append(SpecIssue(self.doc.file, line, column, format_path(path), message, hint))
 
@@ -268,7 +272,9 @@ class _NodeConverter:
                 merges.append(value_node)
                 continue
             if not isinstance(key_node, ScalarNode):
-                self._problem(key_node, path, "a mapping key must be plain text, not a list or mapping")
+                self._problem(
+                    key_node, path, "a mapping key must be plain text, not a list or mapping", refused=False
+                )
                 continue
             key = str(key_node.value)
             if key in seen:
@@ -278,6 +284,7 @@ class _NodeConverter:
                     (*path, key),
                     f"duplicate key {show(key)} (first at line {line})",
                     "keep one of them",
+                    refused=False,
                 )
                 continue
             seen[key] = _mark(key_node)
@@ -287,10 +294,14 @@ class _NodeConverter:
             sources = merge.value if isinstance(merge, SequenceNode) else [merge]
             for source in reversed(sources):
                 if not isinstance(source, MappingNode):
-                    self._problem(source, path, "'<<' (merge key) takes a mapping or a list of mappings")
+                    self._problem(
+                        source, path, "'<<' (merge key) takes a mapping or a list of mappings", refused=False
+                    )
                     continue
                 if id(source) in self.active:
-                    self._problem(source, path, "an alias refers to itself (recursive structure)")
+                    self._problem(
+                        source, path, "an alias refers to itself (recursive structure)", refused=False
+                    )
                     continue
                 self.active.add(id(source))
                 try:
@@ -313,8 +324,9 @@ class _DataConverter:
         self.count = 0
         self.active: set[int] = set()
 
-    def _problem(self, path: DataPath, message: str) -> None:
-        self.doc.refused.add(path)
+    def _problem(self, path: DataPath, message: str, *, refused: bool = True) -> None:
+        if refused:
+            self.doc.refused.add(path)
         self.doc.issues.append(SpecIssue(self.doc.file, 0, 0, format_path(path), message))
 
     def convert(self, value: Any, path: DataPath, depth: int) -> Any:
@@ -337,11 +349,11 @@ class _DataConverter:
                 out: dict[str, Any] = {}
                 for key, item in value.items():
                     if isinstance(key, bool) or not isinstance(key, (str, int)):
-                        self._problem(path, f"a mapping key must be text, got {show(key)}")
+                        self._problem(path, f"a mapping key must be text, got {show(key)}", refused=False)
                         continue
                     text = str(key)
                     if text in out:
-                        self._problem((*path, text), f"duplicate key {show(text)}")
+                        self._problem((*path, text), f"duplicate key {show(text)}", refused=False)
                         continue
                     out[text] = self.convert(item, (*path, text), depth + 1)
                 return out
