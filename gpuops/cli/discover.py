@@ -44,10 +44,21 @@ def register(app: typer.Typer) -> None:
             None, "--sim-spec", help="Simulator spec (JSON) for --backend sim."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts instead of tables."),
+        fleet_file: Path | None = typer.Option(
+            None, "-f", "--fleet", help="Discover the nodes of this fleet.yaml."
+        ),
+        timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for slow nodes (with -f)."),
     ) -> None:
-        """Show GPUs, MIG layout and processes of this host (--local)."""
+        """Show GPUs, MIG layout and processes of this host (--local) or of a fleet (-f)."""
+        if fleet_file is not None:
+            if local:
+                fail("give either --local or -f FLEET.yaml, not both", code=2)
+            from gpuops.cli.fleet import discover_fleet
+
+            discover_fleet(fleet_file, as_json, timeout)
+            return
         if not local:
-            fail("say which GPUs to discover: --local for this host", code=2)
+            fail("say which GPUs to discover: --local for this host, or -f fleet.yaml for a fleet", code=2)
         if sim_spec is not None and backend != "sim":
             fail("--sim-spec only goes with --backend sim", code=2)
         try:

@@ -19,6 +19,8 @@ _COMMAND_MODULES = (
     "gpuops.cli.discover",
     "gpuops.cli.agent",
     "gpuops.cli.mig",
+    "gpuops.cli.spec",
+    "gpuops.cli.fleet",
 )
 
 for _name in _COMMAND_MODULES:

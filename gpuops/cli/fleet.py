@@ -1,0 +1,171 @@
+"""`gpuops discover -f fleet.yaml` and `gpuops status -f fleet.yaml`: the fleet over SSH."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from gpuops.cli import render
+from gpuops.cli.errors import fail
+from gpuops.core.codec import to_json
+from gpuops.core.units import UnitError, format_duration, parse_duration
+from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, Collector, FleetSnapshot
+from gpuops.fleet.summary import node_summary, team_summaries
+from gpuops.fleet.targets import node_targets
+from gpuops.spec import Fleet, SpecError, load_fleet
+
+EXIT_PARTIAL = 3  # discover: some nodes could not be reached
+
+_STATE_STYLE = {LIVE: "green", STALE: "yellow", UNREACHABLE: "red", "connecting": "dim"}
+
+
+def load_or_fail(path: Path) -> Fleet:
+    try:
+        return load_fleet(str(path))
+    except SpecError as exc:
+        fail(str(exc).replace("\n", "\n       "))
+
+
+def _interval(text: str | None, fleet: Fleet) -> float:
+    if text is None:
+        return float(fleet.interval)
+    try:
+        value = parse_duration(text)
+    except UnitError as exc:
+        fail(f"--interval: {exc}", code=2)
+    if value < 0.1:
+        fail("--interval must be at least 100ms", code=2)
+    return value
+
+
+def _teams(fleet: Fleet) -> list[str]:
+    return sorted(fleet.teams)
+
+
+def teams_table(snapshot: FleetSnapshot, fleet: Fleet) -> Table:
+    table = Table(title="Teams", title_justify="left")
+    for column in ("Team", "Nodes", "GPUs owned", "Busy", "Idle", "No data", "Memory used", "Procs"):
+        table.add_column(column, no_wrap=True, justify="left" if column == "Team" else "right")
+    for row in team_summaries(snapshot, fleet.gpu_owner, _teams(fleet)):
+        table.add_row(
+            row.team,
+            str(row.nodes),
+            str(row.gpus_owned),
+            str(row.gpus_busy),
+            f"[bold yellow]{row.gpus_idle}[/]" if row.gpus_idle else "0",
+            str(row.gpus_unknown) if row.gpus_unknown else "",
+            render.memory_usage(row.memory_used_bytes, row.memory_total_bytes)
+            if row.memory_total_bytes
+            else "",
+            str(row.processes),
+        )
+    return table
+
+
+def nodes_table(snapshot: FleetSnapshot) -> Table:
+    live, stale, down = snapshot.count(LIVE), snapshot.count(STALE), snapshot.count(UNREACHABLE)
+    title = (
+        f"{len(snapshot.nodes)} nodes: {live} live, {stale} stale, {down} unreachable"
+        f" · interval {format_duration(snapshot.interval)}"
+    )
+    table = Table(title=title, title_justify="left")
+    for column in ("Node", "State", "Age", "Owner", "GPUs", "Busy", "Util", "Memory", "Procs", "Reason"):
+        table.add_column(column, no_wrap=column not in ("GPUs", "Reason"))
+    for view in sorted(snapshot.nodes, key=lambda v: v.name):
+        s = node_summary(view, snapshot.time)
+        style = _STATE_STYLE.get(s.state, "")
+        table.add_row(
+            s.name,
+            f"[{style}]{s.state}[/]" if style else s.state,
+            format_duration(s.age) if s.age is not None else "",
+            s.owner or "",
+            s.models or "",
+            f"{s.busy}/{s.gpus}" if s.gpus else "",
+            render.percent(s.utilization_percent) if s.utilization_percent is not None else render.NA,
+            render.memory_usage(s.memory_used_bytes, s.memory_total_bytes) if s.memory_total_bytes else "",
+            str(s.processes),
+            s.reason if s.state != LIVE else "",
+        )
+    return table
+
+
+def _json(snapshot: FleetSnapshot, fleet: Fleet) -> dict[str, Any]:
+    return {
+        "time": snapshot.time,
+        "nodes": [
+            {
+                "name": v.name,
+                "address": v.address,
+                "state": v.state,
+                "reason": v.reason,
+                "age": v.age(snapshot.time),
+                "owner": v.owner,
+                "inventory": to_json(v.inventory) if v.inventory else None,
+                "sample": to_json(v.sample) if v.sample else None,
+            }
+            for v in snapshot.nodes
+        ],
+        "teams": [to_json(t) for t in team_summaries(snapshot, fleet.gpu_owner, _teams(fleet))],
+    }
+
+
+async def _discover(fleet: Fleet, interval: float, timeout: float) -> FleetSnapshot:
+    collector = Collector(node_targets(fleet), interval=interval, max_handshakes=fleet.max_handshakes)
+    collector.start()
+    try:
+        return await collector.discover(timeout)
+    finally:
+        await collector.stop()
+
+
+def discover_fleet(fleet_file: Path, as_json: bool, timeout: float) -> None:
+    fleet = load_or_fail(fleet_file)
+    snapshot = asyncio.run(_discover(fleet, 1.0, timeout))
+    if as_json:
+        typer.echo(json.dumps(_json(snapshot, fleet), indent=2))
+    else:
+        console = Console()
+        console.print(nodes_table(snapshot))
+        console.print(teams_table(snapshot, fleet))
+    if any(v.sample is None for v in snapshot.nodes):
+        raise typer.Exit(EXIT_PARTIAL)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("status")
+    def status(
+        fleet_file: Path = typer.Option(..., "-f", "--fleet", help="fleet.yaml of the nodes to watch."),
+        once: bool = typer.Option(False, "--once", help="Print one snapshot after discovery and exit."),
+        interval: str | None = typer.Option(
+            None, "--interval", help="Sampling interval, e.g. 1s (default: fleet.yaml)."
+        ),
+    ) -> None:
+        """A live table of every node and team, refreshed at the interval until Ctrl-C."""
+        fleet = load_or_fail(fleet_file)
+        every = _interval(interval, fleet)
+        if once:
+            discover_fleet(fleet_file, False, timeout=30.0)
+            return
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_live(fleet, every))
+
+    async def _live(fleet: Fleet, every: float) -> None:
+        collector = Collector(node_targets(fleet), interval=every, max_handshakes=fleet.max_handshakes)
+        collector.start()
+        console = Console()
+        try:
+            with Live(console=console, auto_refresh=False, screen=False) as live:
+                while True:
+                    snapshot = collector.snapshot()
+                    live.update(Group(nodes_table(snapshot), teams_table(snapshot, fleet)), refresh=True)
+                    await asyncio.sleep(every)
+        finally:
+            await collector.stop()

@@ -1,0 +1,95 @@
+"""`gpuops discover -f` and `gpuops status -f --once` as a user runs them, against real sshd."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.agent_helpers import REPO
+from tests.sshtest.sshd import Sshd, free_port
+
+pytestmark = pytest.mark.usefixtures("sshtest_leak_check")
+
+
+def _fleet_yaml(tmp_path: Path, server: Sshd, extra_node_port: int | None = None) -> Path:
+    text = f"""\
+version: 1
+ssh:
+  user: {server.user}
+  identity_file: {server.client_key}
+  known_hosts: {server.known_hosts}
+  use_ssh_config: false
+  connect_timeout: 3s
+agent: {{mode: push, backend: sim}}
+teams:
+  vision: {{users: [alice]}}
+  research: {{users: [erin]}}
+nodes:
+  - name: gpu-a-01
+    host: 127.0.0.1
+    port: {server.port}
+    owner: vision
+    gpus: {{"4-7": research}}
+"""
+    if extra_node_port is not None:
+        text += f"""\
+  - name: gpu-gone
+    host: 127.0.0.1
+    port: {extra_node_port}
+    owner: research
+"""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    return path
+
+
+def _gpuops(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuops", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "COLUMNS": "220"},
+    )
+
+
+def test_discover_a_fleet_over_ssh(sshd_loopback: Sshd, tmp_path: Path) -> None:
+    result = _gpuops("discover", "-f", str(_fleet_yaml(tmp_path, sshd_loopback)))
+    assert result.returncode == 0, result.stderr
+    assert "gpu-a-01" in result.stdout and "live" in result.stdout
+    assert "Teams" in result.stdout and "vision" in result.stdout and "research" in result.stdout
+
+
+def test_discover_json_and_a_dead_node(sshd_loopback: Sshd, tmp_path: Path) -> None:
+    fleet = _fleet_yaml(tmp_path, sshd_loopback, extra_node_port=free_port())
+    result = _gpuops("discover", "-f", str(fleet), "--json", "--timeout", "20")
+    assert result.returncode == 3, result.stderr  # some nodes unreachable
+    document = json.loads(result.stdout)
+    nodes = {n["name"]: n for n in document["nodes"]}
+    assert nodes["gpu-a-01"]["state"] == "live" and len(nodes["gpu-a-01"]["sample"]["gpus"]) == 8
+    assert nodes["gpu-gone"]["state"] == "unreachable"
+    assert "connection refused" in nodes["gpu-gone"]["reason"]
+    teams = {t["team"]: t for t in document["teams"]}
+    assert teams["vision"]["gpus_owned"] == 4 and teams["research"]["gpus_owned"] == 4
+    assert teams["vision"]["gpus_busy"] + teams["vision"]["gpus_idle"] == 4
+
+
+def test_status_once(sshd_loopback: Sshd, tmp_path: Path) -> None:
+    result = _gpuops("status", "-f", str(_fleet_yaml(tmp_path, sshd_loopback)), "--once")
+    assert result.returncode == 0, result.stderr
+    assert "1 nodes: 1 live" in result.stdout
+
+
+def test_a_broken_fleet_file_gives_located_errors(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text("version: 1\nnodes:\n  - name: a\n    host: 10.0.0.1\n    port: 70000\n")
+    result = _gpuops("discover", "-f", str(path))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert f"{path}:5:" in result.stderr and "port" in result.stderr
