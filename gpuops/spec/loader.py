@@ -17,7 +17,7 @@ from pydantic_core import ErrorDetails
 
 from gpuops.spec.checks import CheckContext, run_checks
 from gpuops.spec.errors import DataPath, FieldProblem, SpecError, SpecIssue, format_path, show
-from gpuops.spec.model import AgentOptions, Fleet, Node, SshDefaults, SshOptions
+from gpuops.spec.model import AgentOptions, Fleet, JumpHost, Node, SshDefaults, SshOptions
 from gpuops.spec.source import Document, decode, from_data, parse_yaml, read_text
 from gpuops.spec.types import SPEC_VERSION, closest
 
@@ -30,9 +30,9 @@ _MISSING_HINTS = {
     "name": "a node needs a name when its host is not usable as one (an IPv6 address)",
 }
 
-# Local paths in the file are relative to the file's directory.
-_LOCAL_PATHS: tuple[DataPath, ...] = (("ssh", "identity_file"), ("ssh", "known_hosts"))
-_NODE_LOCAL_PATHS: tuple[DataPath, ...] = (("ssh", "identity_file"), ("ssh", "known_hosts"))
+# Local paths in the file (under the top-level ssh: and each node's ssh:) are relative to the
+# file's directory; so are the identity files of jump_hosts.
+_SSH_LOCAL_PATHS: tuple[DataPath, ...] = (("ssh", "identity_file"), ("ssh", "known_hosts"))
 
 
 def load_fleet(path: Union[str, Path], *, display: str | None = None) -> Fleet:
@@ -136,7 +136,7 @@ def _anchor_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
                 out[head] = {**inner, leaf: anchored(inner[leaf])}
         return out
 
-    data = rewrite(data, _LOCAL_PATHS)
+    data = rewrite(data, _SSH_LOCAL_PATHS)
     jumps = data.get("jump_hosts")
     if isinstance(jumps, dict):
         data["jump_hosts"] = {
@@ -149,7 +149,7 @@ def _anchor_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
         }
     nodes = data.get("nodes")
     if isinstance(nodes, list):
-        data["nodes"] = [rewrite(n, _NODE_LOCAL_PATHS) for n in nodes]
+        data["nodes"] = [rewrite(n, _SSH_LOCAL_PATHS) for n in nodes]
     return data
 
 
@@ -252,6 +252,8 @@ def _unknown_key_hint(key: str, parent: DataPath, model: type[BaseModel] | None)
         return f"SSH settings of a node go under its ssh: ({format_path((*parent, 'ssh', key))})"
     if model is Node and key in AgentOptions.model_fields:
         return f"agent settings of a node go under its agent: ({format_path((*parent, 'agent', key))})"
+    if model is JumpHost and key == "jump_host":
+        return "one hop only in fleet.yaml; for chains use ProxyJump in ~/.ssh/config"
     if model is SshOptions and key in SshDefaults.model_fields:
         return f"{key} is fleet-wide: set it in the top-level ssh:"
     if model is Fleet and key in Node.model_fields and key not in choices:

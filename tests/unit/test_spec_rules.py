@@ -295,6 +295,17 @@ CASES = [
         "f.yaml:2:18: ssh.jump_host: host must not start with '-' (got '-oProxyCommand=x')",
     ),
     (
+        "jump host chains",
+        """\
+        version: 1
+        jump_hosts:
+          gw: {host: g, jump_host: outer}
+        nodes: []
+        """,
+        "f.yaml:3:17: jump_hosts.gw.jump_host: unknown key 'jump_host'; one hop only in fleet.yaml; "
+        "for chains use ProxyJump in ~/.ssh/config",
+    ),
+    (
         "jump host name 'none' is reserved",
         """\
         version: 1
