@@ -18,7 +18,8 @@ def node_targets(fleet: Fleet) -> list[NodeTarget]:
                 host=ssh.jump.host,
                 port=ssh.jump.port,
                 user=ssh.jump.user,
-                identity_files=(ssh.jump.identity_file,) if ssh.jump.identity_file else (),
+                # A jump host without a key of its own is offered the node's key, as OpenSSH does.
+                identity_files=tuple(k for k in (ssh.jump.identity_file or ssh.identity_file,) if k),
                 known_hosts=ssh.known_hosts,
                 host_key_policy=ssh.host_key_policy,
                 connect_timeout=ssh.connect_timeout,
