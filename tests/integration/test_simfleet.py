@@ -341,6 +341,45 @@ def test_fleet_client_refuses_unknown_host_and_wrong_key(silos: Launched, tmp_pa
     assert asyncio.run(run()) == ["ok", "host_key_unknown", "auth"]
 
 
+def test_connections_and_sessions_are_bounded(silos: Launched) -> None:
+    port = _port(silos.dir, 5)
+    user = silos.state["user"]
+
+    async def connect_one() -> asyncssh.SSHClientConnection:
+        return await asyncssh.connect(
+            "127.0.0.1",
+            port,
+            username=user,
+            client_keys=[str(silos.dir / "id_ed25519")],
+            known_hosts=str(silos.dir / "known_hosts"),
+            config=None,
+        )
+
+    async def run() -> None:
+        conns = [await connect_one() for _ in range(8)]
+        try:
+            with pytest.raises(asyncssh.DisconnectError, match="too many connections"):
+                extra = await connect_one()
+                await extra.run("command -v gpuops")
+            # 4 sessions per connection; a closed one frees its slot.
+            procs = [await conns[0].create_process("gpuops agent --stdio --backend sim") for _ in range(4)]
+            with pytest.raises(asyncssh.ChannelOpenError):
+                await conns[0].create_process("command -v gpuops")
+            procs[0].close()
+            await procs[0].wait_closed()
+            await asyncio.sleep(0.2)
+            result = await conns[0].run("command -v gpuops")
+            assert result.exit_status == 0
+            for proc in procs[1:]:
+                proc.close()
+        finally:
+            for conn in conns:
+                conn.close()
+                await conn.wait_closed()
+
+    asyncio.run(run())
+
+
 # ---- gpuops sim up / status / down --------------------------------------------------------------------
 
 

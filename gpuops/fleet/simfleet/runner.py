@@ -266,6 +266,20 @@ def _setup_logging(paths: SimPaths) -> None:
     logging.getLogger("asyncssh").addHandler(handler)
 
 
+def _raise_fd_limit(nodes: int) -> None:
+    """A listener and a few connections per node: lift the soft limit on open files (often 1024)
+    towards the hard one when the fleet needs more."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 4 * nodes + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("open files limit raised from %d to %d", soft, target)
+
+
 async def serve(
     directory: Path,
     scenario: str = "silos",
@@ -282,6 +296,7 @@ async def serve(
 
     from gpuops.node.backends.sim import SimBackend
 
+    _raise_fd_limit(len(plan.nodes))
     backends = [(node.name, SimBackend(spec=node.spec)) for node in plan.nodes]
     host_key = asyncssh.generate_private_key("ssh-ed25519", comment="gpuops-sim-host")
     client_key = asyncssh.generate_private_key("ssh-ed25519", comment="gpuops-sim-client")

@@ -105,7 +105,9 @@ class _NodeServer(asyncssh.SSHServer):
         ):
             log.warning("%s: connection refused: too many connections", self._node.name)
             # Closing from inside connection_made is not safe in asyncssh; do it on the next turn.
-            asyncio.get_running_loop().call_soon(conn.close)
+            asyncio.get_running_loop().call_soon(
+                conn.disconnect, asyncssh.DISC_TOO_MANY_CONNECTIONS, "too many connections to this node"
+            )
             return
         self._counted = True
         self._node.connections += 1
