@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "gpuops.cli.mig",
     "gpuops.cli.spec",
     "gpuops.cli.fleet",
+    "gpuops.cli.sim",
 )
 
 for _name in _COMMAND_MODULES:
