@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import resource
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -112,10 +113,12 @@ class Collector:
         self._changed = asyncio.Event()
         self._on_change = on_change
         self.events: deque[FleetEvent] = deque(maxlen=MAX_EVENTS)
+        self.samples_received = 0  # node-samples taken in since start (for rates and benchmarks)
 
     # ---- public ------------------------------------------------------------------------------
 
     def start(self) -> None:
+        _allow_open_files(len(self._records) * 2 + 64)
         for record in self._records.values():
             self._tasks.append(asyncio.create_task(self._run(record), name=f"node {record.target.name}"))
 
@@ -234,6 +237,7 @@ class Collector:
                         FleetEvent(time.time(), record.target.name, "agent-error", item.message)
                     )
                     continue
+                self.samples_received += 1
                 self._update(record, state=LIVE, reason="", sample=item, last_seen=time.time())
 
         consumer = asyncio.create_task(consume())
@@ -248,3 +252,12 @@ class Collector:
             await asyncio.gather(consumer, guard, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await stream.aclose()
+
+
+def _allow_open_files(needed: int) -> None:
+    """One connection per node: lift the soft open-files limit (often 1024) toward the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
