@@ -312,3 +312,100 @@ def _compile_dataclass(cls: Any) -> Decoder:
         return cls(**kwargs)
 
     return decode
+
+
+# ---- deltas (core/delta.py) ------------------------------------------------------------------
+
+_FIELD_TYPES: Dict[type, Dict[str, Any]] = {}
+
+
+def _field_types(cls: type) -> Dict[str, Any]:
+    found = _FIELD_TYPES.get(cls)
+    if found is None:
+        module = __import__(cls.__module__, fromlist=["_"])
+        found = typing.get_type_hints(cls, vars(module))
+        _FIELD_TYPES[cls] = found
+    return found
+
+
+def from_delta(cls: Type[T], previous: T, delta: Any, path: str = "") -> T:
+    """The object `delta` (core/delta.py) describes, built from `previous`.
+
+    Unchanged parts are the previous objects themselves (they are immutable), and only what the
+    delta carries is decoded and checked: the cost follows the size of the change. Raises
+    DecodeError with the path of a part that does not fit.
+    """
+    try:
+        return typing.cast(T, _apply_delta(cls, previous, delta))
+    except _Bad as exc:
+        where = path or getattr(cls, "__name__", str(cls))
+        for part in reversed(exc.parts):
+            where += "[%d]" % part if isinstance(part, int) else "." + part
+        raise DecodeError("%s: %s" % (where, exc.message)) from None
+
+
+def _apply_delta(tp: Any, previous: Any, delta: Any) -> Any:
+    if type(delta) is not dict:
+        return _decoder(tp)(delta)
+    if len(delta) != 1:
+        raise _Bad("a delta object has exactly one of the keys $, ~, @")
+    ((kind, body),) = delta.items()
+    if kind == "$":
+        return _decoder(tp)(body)
+    if kind == "~":
+        cls = type(previous)
+        if not dataclasses.is_dataclass(cls) or not _type_allows(tp, cls) or type(body) is not dict:
+            raise _Bad("a ~ delta needs an object here")
+        types = _field_types(cls)
+        values = {name: getattr(previous, name) for name in _field_names(cls)}
+        name = ""
+        try:
+            for name, sub in body.items():
+                if name not in types:
+                    raise _Bad("unknown field %r" % (name,))
+                values[name] = _apply_delta(types[name], values[name], sub)
+        except _Bad as exc:
+            exc.parts.append(name)
+            raise
+        return cls(**values)
+    if kind == "@":
+        item_type = _tuple_item_type(tp)
+        if type(previous) is not tuple or item_type is None or type(body) is not dict:
+            raise _Bad("an @ delta needs a list here")
+        items = list(previous)
+        index = -1
+        try:
+            for key, sub in body.items():
+                if type(key) is not str or not key.isdigit() or len(key) > 9 or int(key) >= len(items):
+                    raise _Bad("no item %r in a list of %d" % (key, len(items)))
+                index = int(key)
+                items[index] = _apply_delta(item_type, items[index], sub)
+        except _Bad as exc:
+            if index >= 0:
+                exc.parts.append(index)
+            raise
+        return tuple(items)
+    raise _Bad("unknown delta kind %r" % (kind,))
+
+
+def _field_names(cls: type) -> Tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(cls))
+        _FIELD_NAMES[cls] = names
+    return names
+
+
+def _type_allows(tp: Any, cls: type) -> bool:
+    if tp is cls:
+        return True
+    return _origin(tp) is Union and cls in _args(tp)
+
+
+def _tuple_item_type(tp: Any) -> Any:
+    candidates = _args(tp) if _origin(tp) is Union else (tp,)
+    for candidate in candidates:
+        args = _args(candidate)
+        if _origin(candidate) in (tuple, typing.Tuple) and len(args) == 2 and args[1] is Ellipsis:
+            return args[0]
+    return None

@@ -6,8 +6,9 @@ when it is cancelled or has sent `count` events.
 
     -> {"v": 1, "id": 1, "op": "hello", "args": {"versions": [1]}}
     <- {"v": 1, "id": 1, "ok": true, "result": {"protocol": 1, "backend": "sim", ...}}
-    -> {"v": 1, "id": 2, "op": "watch", "args": {"interval": 1.0}}
+    -> {"v": 1, "id": 2, "op": "watch", "args": {"interval": 1.0, "delta": true}}
     <- {"v": 1, "id": 2, "event": "sample", "seq": 0, "result": {...NodeSample...}}
+    <- {"v": 1, "id": 2, "event": "sample", "seq": 1, "delta": {"~": {...what changed...}}}
     -> {"v": 1, "id": 3, "op": "cancel", "args": {"id": 2}}
     <- {"v": 1, "id": 2, "ok": true, "result": {"events": 5, "cancelled": true}}
     <- {"v": 1, "id": 3, "ok": true, "result": {"cancelled": 2}}
@@ -113,9 +114,10 @@ def parse_request(line: bytes) -> Request:
     return Request(rid, op, args)
 
 
-def watch_args(args: Dict[str, Any]) -> Tuple[float, Optional[int]]:
-    """Validate a watch request's interval (seconds) and optional event count."""
-    unknown = sorted(set(args) - {"interval", "count"})
+def watch_args(args: Dict[str, Any]) -> Tuple[float, Optional[int], bool]:
+    """Validate a watch request's interval (seconds), optional event count, and whether events
+    after the first carry only what changed (core/delta.py)."""
+    unknown = sorted(set(args) - {"interval", "count", "delta"})
     if unknown:
         raise ValueError("unknown argument %r" % unknown[0][:64])
     interval = args.get("interval", 1.0)
@@ -128,7 +130,10 @@ def watch_args(args: Dict[str, Any]) -> Tuple[float, Optional[int]]:
     count = args.get("count")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise ValueError("'count' must be a positive integer")
-    return float(interval), count
+    delta = args.get("delta", False)
+    if not isinstance(delta, bool):
+        raise ValueError("'delta' must be true or false")
+    return float(interval), count, delta
 
 
 def hello_versions(args: Dict[str, Any]) -> int:
@@ -173,6 +178,11 @@ def event(request_id: RequestId, name: str, seq: int, result: Any) -> bytes:
     return encode({"v": PROTOCOL_VERSION, "id": request_id, "event": name, "seq": seq, "result": result})
 
 
+def delta_event(request_id: RequestId, name: str, seq: int, delta: Any) -> bytes:
+    """An event that carries only what changed since the previous event of the same stream."""
+    return encode({"v": PROTOCOL_VERSION, "id": request_id, "event": name, "seq": seq, "delta": delta})
+
+
 @dataclass(frozen=True)
 class Message:
     """A message from the agent, as the client sees it."""
@@ -184,6 +194,8 @@ class Message:
     seq: int = 0
     error_code: str = ""
     error_message: str = ""
+    delta: Any = None  # set instead of `result` on a delta event
+    is_delta: bool = False
 
 
 def parse_message(line: bytes) -> Message:
@@ -205,6 +217,8 @@ def parse_message(line: bytes) -> Message:
         name, seq = data.get("event"), data.get("seq")
         if not isinstance(name, str) or not isinstance(seq, int) or isinstance(seq, bool) or rid is None:
             raise ProtocolError(INVALID_REQUEST, "agent sent a malformed event")
+        if "delta" in data:
+            return Message(rid, True, event=name, seq=seq, delta=data["delta"], is_delta=True)
         return Message(rid, True, data.get("result"), event=name, seq=seq)
     ok = data.get("ok")
     if ok is True:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuops.core import protocol as proto
-from gpuops.core.codec import DecodeError, from_json
+from gpuops.core.codec import DecodeError, from_delta, from_json
 from gpuops.core.model import Node, NodeSample
 from gpuops.node.agent import ByteReader, ByteWriter, read_lines
 
@@ -158,10 +158,13 @@ class AgentClient:
         request_id = next(self._ids)
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._streams[request_id] = queue
-        args: dict[str, Any] = {"interval": interval}
+        # Deltas cut the bytes and the decoding to what changed; older agents send full samples.
+        use_delta = self.hello is not None and "delta" in self.hello.capabilities
+        args: dict[str, Any] = {"interval": interval, "delta": True} if use_delta else {"interval": interval}
         if count is not None:
             args["count"] = count
         finished = False
+        previous: NodeSample | None = None
         try:
             await self._send(request_id, "watch", args)
             while True:
@@ -171,7 +174,20 @@ class AgentClient:
                     raise self._failure
                 message: proto.Message = item
                 if message.event is not None:
-                    yield self._decode(NodeSample, message.result)
+                    if message.is_delta:
+                        if previous is None:
+                            raise AgentError(
+                                proto.INVALID_REQUEST, f"{self.name}: a delta before any full sample"
+                            )
+                        try:
+                            previous = from_delta(NodeSample, previous, message.delta)
+                        except DecodeError as exc:
+                            raise AgentError(
+                                proto.INVALID_REQUEST, f"{self.name}: agent sent a bad delta: {exc}"
+                            ) from None
+                    else:
+                        previous = self._decode(NodeSample, message.result)
+                    yield previous
                 elif not message.ok and message.error_code == proto.BACKEND_ERROR:
                     yield AgentError(message.error_code, message.error_message)
                 elif not message.ok:

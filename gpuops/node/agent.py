@@ -19,6 +19,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Set,
 from gpuops import __version__
 from gpuops.core import protocol as proto
 from gpuops.core.codec import to_json
+from gpuops.core.delta import diff
 from gpuops.node.backends.base import Backend, BackendError
 
 try:
@@ -208,7 +209,7 @@ class Agent:
         version = proto.hello_versions(request.args)
         capabilities = list(self.backend.capabilities()) if self.backend else []
         if self.backend is not None:
-            capabilities.append("watch")
+            capabilities += ["watch", "delta"]
         await self._send(
             proto.reply(
                 request.id,
@@ -238,7 +239,7 @@ class Agent:
         await self._send(proto.reply(request.id, result))
 
     async def _op_watch(self, request: proto.Request) -> None:
-        interval, count = proto.watch_args(request.args)
+        interval, count, delta = proto.watch_args(request.args)
         self._require_backend()
         if request.id in self._watches:
             raise proto.ProtocolError(
@@ -248,14 +249,17 @@ class Agent:
             raise proto.ProtocolError(
                 proto.TOO_MANY_WATCHES, "at most %d watches at once" % proto.MAX_WATCHES
             )
-        task = asyncio.ensure_future(self._watch(request.id, interval, count))
+        task = asyncio.ensure_future(self._watch(request.id, interval, count, delta))
         self._watches[request.id] = task
         task.add_done_callback(lambda _t: self._watches.pop(request.id, None))
 
-    async def _watch(self, request_id: proto.RequestId, interval: float, count: Optional[int]) -> None:
+    async def _watch(
+        self, request_id: proto.RequestId, interval: float, count: Optional[int], delta: bool
+    ) -> None:
         backend = self._require_backend()
         loop = asyncio.get_event_loop()
         sent = 0
+        previous: Any = None  # last document sent on this stream, when sending deltas
         cancelled = False
         next_tick = loop.time()
         try:
@@ -266,7 +270,12 @@ class Agent:
                     # One failed sample does not end the stream: the client sees it and waits.
                     await self._send(proto.error(request_id, proto.BACKEND_ERROR, str(exc)))
                 else:
-                    await self._send(proto.event(request_id, "sample", sent, result))
+                    if delta and previous is not None:
+                        change = diff(previous, result)
+                        await self._send(proto.delta_event(request_id, "sample", sent, change or {"~": {}}))
+                    else:
+                        await self._send(proto.event(request_id, "sample", sent, result))
+                    previous = result if delta else None
                 sent += 1
                 if count is not None and sent >= count:
                     break

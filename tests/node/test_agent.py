@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gpuops.core import protocol as proto
 from gpuops.core.codec import from_json
+from gpuops.core.delta import apply
 from gpuops.core.model import Node, NodeSample
 from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.node.backends.sim import SimBackend
@@ -189,3 +190,27 @@ def test_stdio_agent_with_unknown_backend_says_why() -> None:
     hello, inventory = (json.loads(line) for line in out.splitlines())
     assert "unknown backend 'quantum'" in hello["result"]["backend_error"]
     assert inventory["error"]["code"] == proto.BACKEND_UNAVAILABLE
+
+
+def test_watch_with_deltas_sends_what_changed() -> None:
+    clock = [1_700_000_000.0]
+
+    def tick() -> float:
+        clock[0] += 0.5
+        return clock[0]
+
+    async def run() -> None:
+        async with agent_socket(SimBackend(clock=tick)) as (reader, writer):
+            writer.write(proto.request(1, "watch", {"interval": 0.05, "count": 3, "delta": True}))
+            await writer.drain()
+            events = [json.loads(await asyncio.wait_for(reader.readline(), 10)) for _ in range(4)]
+            assert "result" in events[0] and "delta" not in events[0]
+            assert all("delta" in e and "result" not in e for e in events[1:3])
+            assert events[3]["result"] == {"events": 3, "cancelled": False}
+            document = events[0]["result"]
+            for e in events[1:3]:
+                document = apply(document, e["delta"])
+                assert len(json.dumps(e["delta"])) * 4 < len(json.dumps(document))
+            from_json(NodeSample, document)  # the rebuilt document is a valid sample
+
+    asyncio.run(run())

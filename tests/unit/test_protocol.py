@@ -47,9 +47,16 @@ def test_error_keeps_the_request_id_when_known() -> None:
 
 
 def test_watch_args() -> None:
-    assert proto.watch_args({}) == (1.0, None)
-    assert proto.watch_args({"interval": 0.5, "count": 3}) == (0.5, 3)
-    for bad in ({"interval": 0}, {"interval": "1s"}, {"count": 0}, {"count": True}, {"every": 1}):
+    assert proto.watch_args({}) == (1.0, None, False)
+    assert proto.watch_args({"interval": 0.5, "count": 3, "delta": True}) == (0.5, 3, True)
+    for bad in (
+        {"interval": 0},
+        {"interval": "1s"},
+        {"count": 0},
+        {"count": True},
+        {"every": 1},
+        {"delta": 1},
+    ):
         with pytest.raises(ValueError):
             proto.watch_args(bad)
 
