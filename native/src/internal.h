@@ -90,6 +90,7 @@ struct gl_meas_stream {
     CUevent prev;             /* start of the unmeasured part */
     CUevent ring[16];
     uint32_t ring_cnt[16];
+    uint64_t ring_ts[16];     /* when each end event was recorded */
     int head, n;
     uint32_t since;           /* launches since the last end event */
 };

@@ -91,12 +91,15 @@ struct rg_tenant {
     _Atomic int64_t tokens_ns;         /* 120: fixed-share bucket */
     _Atomic uint64_t tokens_ts;        /* 128 */
     _Atomic uint64_t busy_snap;        /* 136: busy_ns at the last charge */
-    _Atomic uint64_t charge_ts;        /* 144: time of the last charge while holding */
+    _Atomic uint64_t charge_ts;        /* 144: start of its current (or last) lease */
     _Atomic uint64_t last_want_ns;     /* 152: last time one of its processes waited */
     _Atomic uint64_t config_gen;       /* 160: table generation the configuration came from */
     _Atomic uint64_t grants;           /* 168 */
     _Atomic uint32_t rejoin;           /* 176: started wanting after an idle spell */
-    uint8_t pad[76];                   /* 180 */
+    uint32_t pad0;                     /* 180 */
+    _Atomic uint64_t lease_busy0;      /* 184: busy_ns when its current lease began */
+    _Atomic uint64_t lease_charged;    /* 192: charged so far in its current lease */
+    uint8_t pad[56];                   /* 200 */
     _Atomic uint64_t members[RG_MAX_SLOTS / 64]; /* 256: bitmap of slots */
     uint8_t pad2[RG_TENANT_SIZE - 256 - RG_MAX_SLOTS / 8];
 };

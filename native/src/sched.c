@@ -74,15 +74,11 @@ static double weight(struct rg_tenant *t) {
 }
 
 static int64_t tokens_now(struct rg_tenant *t, uint64_t now) {
-    int64_t tok = atomic_load(&t->tokens_ns);
+    double tok = (double)atomic_load(&t->tokens_ns);
     uint64_t ts = atomic_load(&t->tokens_ts);
     double share = atomic_load(&t->share_permille) / 1000.0;
-    if (now > ts) {
-        double add = (double)(now - ts) * share;
-        if (add > (double)BUCKET_NS * 2) add = (double)BUCKET_NS * 2;
-        tok += (int64_t)add;
-    }
-    return tok > (int64_t)BUCKET_NS ? (int64_t)BUCKET_NS : tok;
+    if (now > ts) tok += (double)(now - ts) * share;
+    return tok > (double)BUCKET_NS ? (int64_t)BUCKET_NS : (int64_t)tok;
 }
 
 static int is_fixed(struct rg_tenant *t) {
@@ -100,15 +96,7 @@ static int wants(struct rg_tenant *t, uint64_t now) {
     return atomic_load(&t->waiting) > 0 && now - lw < WANT_STALE_NS;
 }
 
-static void charge(struct rg_region *rg, unsigned ti, uint64_t now) {
-    struct rg_tenant *t = &rg->t[ti];
-    uint64_t busy = atomic_load(&t->busy_ns), snap = atomic_load(&t->busy_snap);
-    uint64_t cts = atomic_load(&t->charge_ts);
-    uint64_t delta = busy > snap ? busy - snap : 0;
-    uint64_t wall = (cts && now > cts) ? now - cts : delta;
-    uint64_t c = delta < wall ? delta : wall;
-    atomic_store(&t->busy_snap, busy);
-    atomic_store(&t->charge_ts, now);
+static void add_charge(struct rg_region *rg, struct rg_tenant *t, uint64_t c, uint64_t now) {
     if (is_fixed(t)) {
         int64_t tok = tokens_now(t, now) - (int64_t)c;
         atomic_store(&t->tokens_ns, tok);
@@ -119,6 +107,33 @@ static void charge(struct rg_region *rg, unsigned ti, uint64_t now) {
     double p = dget(&t->pass) + (double)c / weight(t);
     dset(&t->pass, p);
     if (p > dget(&rg->h.vclock)) dset(&rg->h.vclock, p);
+}
+
+/* Charges the holder for its lease so far: the GPU time its processes measured since the lease
+ * began, but never more than the lease's wall time (several streams or processes of one tenant
+ * running at once must not count double).  Called at expiry, renewal and end of the lease. */
+static void charge(struct rg_region *rg, unsigned ti, uint64_t now) {
+    struct rg_tenant *t = &rg->t[ti];
+    uint64_t busy = atomic_load(&t->busy_ns), b0 = atomic_load(&t->lease_busy0);
+    uint64_t start = atomic_load(&t->charge_ts), done = atomic_load(&t->lease_charged);
+    uint64_t total = busy > b0 ? busy - b0 : 0;
+    uint64_t wall = now > start ? now - start : 0;
+    uint64_t allowed = total < wall ? total : wall;
+    uint64_t c = allowed > done ? allowed - done : 0;
+    atomic_store(&t->lease_charged, done + c);
+    atomic_store(&t->busy_snap, busy);
+    add_charge(rg, t, c, now);
+}
+
+/* A new lease for t: GPU time measured after its previous lease was charged (late events) is
+ * charged now, then the new lease's accounting starts. */
+static void begin_lease_accounting(struct rg_region *rg, struct rg_tenant *t, uint64_t now) {
+    uint64_t busy = atomic_load(&t->busy_ns), snap = atomic_load(&t->busy_snap);
+    add_charge(rg, t, busy > snap ? busy - snap : 0, now);
+    atomic_store(&t->busy_snap, busy);
+    atomic_store(&t->lease_busy0, busy);
+    atomic_store(&t->lease_charged, 0);
+    atomic_store(&t->charge_ts, now);
 }
 
 static uint64_t quantum(struct rg_tenant *t, uint64_t now) {
@@ -164,8 +179,8 @@ static void grant(struct rg_region *rg, int n, uint64_t seq, uint64_t now) {
     }
     struct rg_tenant *t = &rg->t[n];
     atomic_store(&h->lease_start_ns, now);
+    begin_lease_accounting(rg, t, now);
     atomic_store(&h->lease_deadline_ns, now + quantum(t, now));
-    atomic_store(&t->charge_ts, now);
     atomic_fetch_add(&t->grants, 1);
     atomic_store(&h->lease, LEASE_MAKE(LEASE_HELD, (unsigned)n, LEASE_NONE, seq));
 }
@@ -203,13 +218,14 @@ static int drained(struct rg_region *rg, unsigned holder, uint64_t seq, uint64_t
 }
 
 /* Returns 1 if the lease changed, 0 if nothing was due, -1 if someone else holds the lock. */
-static int transition(struct gl_dev *d, uint64_t now, uint64_t wait_start) {
+static int transition(struct gl_dev *d, uint64_t wait_start) {
     struct rg_region *rg = d->rg;
     struct rg_header *h = &rg->h;
     if (gl_lock_region(rg, 1) != 0) {
         if (!gl_region_valid(rg)) atomic_store(&d->state, 2);
         return -1;
     }
+    uint64_t now = gl_now_ns();
     uint64_t L = atomic_load(&h->lease);
     unsigned st = LEASE_STATE(L), holder = LEASE_HOLDER(L);
     uint64_t seq = LEASE_SEQ(L);
@@ -346,6 +362,7 @@ static void record_end(struct gl_dev *d, struct gl_meas_stream *m, uint64_t now)
     }
     m->ring[(m->head + m->n) % 16] = e;
     m->ring_cnt[(m->head + m->n) % 16] = m->since;
+    m->ring_ts[(m->head + m->n) % 16] = now;
     m->n++;
     m->since = 0;
     atomic_store(&d->me->pending_until_ns, now + queued_est(d, m));
@@ -357,6 +374,8 @@ static void drain_self(struct gl_dev *d, uint64_t L) {
     uint64_t seq = LEASE_SEQ(L);
     if (atomic_load(&d->me->drained_seq) == seq) return;
     if (atomic_load(&d->me->launched_seq) == seq) {
+        /* not drained until our measurements are in: others must not guess from estimates */
+        atomic_store(&d->me->pending_until_ns, UINT64_MAX);
         if (R.cuCtxSynchronize) R.cuCtxSynchronize();
         while (!mtry(d)) sched_yield();
         for (int i = 0; i < d->nms; i++) poll_stream(d, &d->ms[i]);
@@ -403,7 +422,7 @@ static void gate_slow(struct gl_dev *d) {
                 atomic_store(&d->me->last_active_ns, now);
                 break;
             }
-            if (transition(d, now, wait_start) < 0) futex_wait(&h->lease_futex, fseq, 200000);
+            if (transition(d, wait_start) < 0) futex_wait(&h->lease_futex, fseq, 200000);
             continue;
         }
         if (st == LEASE_DRAINING && holder == (unsigned)d->tidx) drain_self(d, L);
@@ -412,7 +431,7 @@ static void gate_slow(struct gl_dev *d) {
             start_waiting(d);
         }
         atomic_store(&d->tn->last_want_ns, now);
-        int r = transition(d, now, wait_start);
+        int r = transition(d, wait_start);
         if (r > 0) continue;
         futex_wait(&h->lease_futex, fseq, r < 0 ? 200000 : WAIT_POLL_NS);
     }
@@ -461,12 +480,15 @@ static inline void launch_end(struct gl_dev *d, struct gl_meas_stream *m, int ok
     if (m->open) {
         m->since++;
         uint64_t since_est = (uint64_t)(m->since * d->avg_cost_ns);
-        if (m->since >= BATCH_LAUNCHES || since_est >= BATCH_NS || m->n == 0) {
+        if (m->since >= BATCH_LAUNCHES || since_est >= BATCH_NS || m->n == 0 || d->avg_cost_ns <= 0) {
             uint64_t now = gl_now_ns();
             record_end(d, m, now);
-            if (m->n > 1 && queued_est(d, m) > INFLIGHT_MAX_NS) {
-                /* bound the queued work so the GPU can change hands quickly */
-                R.cuEventSynchronize(m->ring[m->head]);
+            /* Bound the queued work so the GPU can change hands quickly: by the estimate, by
+             * the age of the oldest pending end event (estimates can be low), and to two
+             * launches while nothing has been measured yet. */
+            if (m->n > 1 && (queued_est(d, m) > INFLIGHT_MAX_NS || d->avg_cost_ns <= 0 ||
+                             now - m->ring_ts[m->head] > INFLIGHT_MAX_NS)) {
+                if (R.cuEventQuery(m->ring[m->head]) == CUDA_ERROR_NOT_READY) R.cuEventSynchronize(m->ring[m->head]);
             }
             poll_stream(d, m);
         } else if ((d->launches & 3) == 0) {
