@@ -354,20 +354,26 @@ def _apply_delta(tp: Any, previous: Any, delta: Any) -> Any:
         return _decoder(tp)(body)
     if kind == "~":
         cls = type(previous)
-        if not dataclasses.is_dataclass(cls) or not _type_allows(tp, cls) or type(body) is not dict:
+        types = _object_field_types(tp, cls)
+        if types is None or type(body) is not dict:
             raise _Bad("a ~ delta needs an object here")
-        types = _field_types(cls)
-        values = {name: getattr(previous, name) for name in _field_names(cls)}
+        changes = {}
         name = ""
         try:
             for name, sub in body.items():
-                if name not in types:
+                field_type = types.get(name)
+                if field_type is None:
                     raise _Bad("unknown field %r" % (name,))
-                values[name] = _apply_delta(types[name], values[name], sub)
+                changes[name] = _apply_delta(field_type, getattr(previous, name), sub)
         except _Bad as exc:
             exc.parts.append(name)
             raise
-        return cls(**values)
+        # Model dataclasses are frozen and have no __post_init__: a copy of the instance
+        # dictionary with the changed fields is the same object their __init__ would build.
+        new = object.__new__(cls)
+        new.__dict__.update(previous.__dict__)
+        new.__dict__.update(changes)
+        return new
     if kind == "@":
         item_type = _tuple_item_type(tp)
         if type(previous) is not tuple or item_type is None or type(body) is not dict:
@@ -388,24 +394,29 @@ def _apply_delta(tp: Any, previous: Any, delta: Any) -> Any:
     raise _Bad("unknown delta kind %r" % (kind,))
 
 
-def _field_names(cls: type) -> Tuple[str, ...]:
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = tuple(f.name for f in dataclasses.fields(cls))
-        _FIELD_NAMES[cls] = names
-    return names
+_OBJECT_TYPES: Dict[Tuple[Any, type], Any] = {}
 
 
-def _type_allows(tp: Any, cls: type) -> bool:
-    if tp is cls:
-        return True
-    return _origin(tp) is Union and cls in _args(tp)
+def _object_field_types(tp: Any, cls: type) -> Any:
+    """The field types of `cls` if a value of declared type `tp` may be a `cls`, else None."""
+    key = (tp, cls)
+    if key not in _OBJECT_TYPES:
+        allowed = dataclasses.is_dataclass(cls) and (tp is cls or (_origin(tp) is Union and cls in _args(tp)))
+        _OBJECT_TYPES[key] = _field_types(cls) if allowed else None
+    return _OBJECT_TYPES[key]
+
+
+_ITEM_TYPES: Dict[Any, Any] = {}
 
 
 def _tuple_item_type(tp: Any) -> Any:
-    candidates = _args(tp) if _origin(tp) is Union else (tp,)
-    for candidate in candidates:
+    if tp in _ITEM_TYPES:
+        return _ITEM_TYPES[tp]
+    found = None
+    for candidate in _args(tp) if _origin(tp) is Union else (tp,):
         args = _args(candidate)
         if _origin(candidate) in (tuple, typing.Tuple) and len(args) == 2 and args[1] is Ellipsis:
-            return args[0]
-    return None
+            found = args[0]
+            break
+    _ITEM_TYPES[tp] = found
+    return found
