@@ -184,3 +184,27 @@ def test_dead_frozen_and_cut_nodes_do_not_stall_the_others(netns_hosts: NetnsFac
             await collector.stop()
 
     asyncio.run(run())
+
+
+def test_a_node_behind_a_jump_host(sshd_loopback_factory: Callable[..., Sshd]) -> None:
+    bastion = sshd_loopback_factory(name="bastion")
+    node = sshd_loopback_factory(
+        name="node", client_keys=bastion.client_keys, known_hosts=bastion.known_hosts
+    )
+    jump = _target(bastion)
+    target = _target(node, jump=jump)
+
+    async def run() -> None:
+        collector = Collector([NodeTarget("behind", target, SIM)], interval=0.3)
+        collector.start()
+        try:
+            snap = await _until(collector, lambda s: _state(s, "behind") == LIVE, 30)
+            assert snap.nodes[0].inventory is not None
+        finally:
+            await collector.stop()
+
+    asyncio.run(run())
+    # We logged in to the bastion but ran nothing there: it only forwarded to the node, which
+    # ran the agent.
+    assert "Accepted publickey" in bastion.logs() and "Starting session" not in bastion.logs()
+    assert "Starting session: command" in node.logs()
