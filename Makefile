@@ -42,9 +42,9 @@ pytest: venv native test-deps
 
 test: venv native lint typecheck compat pytest
 
-# Until the fleet and the TUI land, the demo shows one simulated node through the real agent.
+# A simulated fleet over real SSH on loopback, watched live (the TUI takes over when it lands).
 demo: venv native
-	$(BIN)/gpuops discover --local --backend sim
+	$(BIN)/gpuops demo
 
 gpu-test: venv native
 	@if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then \

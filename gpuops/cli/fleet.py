@@ -53,7 +53,9 @@ def _teams(fleet: Fleet) -> list[str]:
 def teams_table(snapshot: FleetSnapshot, fleet: Fleet) -> Table:
     table = Table(title="Teams", title_justify="left")
     for column in ("Team", "Nodes", "GPUs owned", "Busy", "Idle", "No data", "Memory used", "Procs"):
-        table.add_column(column, no_wrap=True, justify="left" if column == "Team" else "right")
+        table.add_column(
+            column, no_wrap=True, justify="left" if column == "Team" else "right", min_width=len(column)
+        )
     for row in team_summaries(snapshot, fleet.gpu_owner, _teams(fleet)):
         table.add_row(
             row.team,
@@ -62,9 +64,7 @@ def teams_table(snapshot: FleetSnapshot, fleet: Fleet) -> Table:
             str(row.gpus_busy),
             f"[bold yellow]{row.gpus_idle}[/]" if row.gpus_idle else "0",
             str(row.gpus_unknown) if row.gpus_unknown else "",
-            render.memory_usage(row.memory_used_bytes, row.memory_total_bytes)
-            if row.memory_total_bytes
-            else "",
+            _share(row.memory_used_bytes, row.memory_total_bytes),
             str(row.processes),
         )
     return table
@@ -78,7 +78,9 @@ def nodes_table(snapshot: FleetSnapshot) -> Table:
     )
     table = Table(title=title, title_justify="left")
     for column in ("Node", "State", "Age", "Owner", "GPUs", "Busy", "Util", "Memory", "Procs", "Reason"):
-        table.add_column(column, no_wrap=column not in ("GPUs", "Reason"))
+        # Figures never shrink; names, models and reasons give way on narrow terminals.
+        flexible = column in ("Node", "Owner", "GPUs", "Reason")
+        table.add_column(column, no_wrap=True, min_width=None if flexible else len(column))
     for view in sorted(snapshot.nodes, key=lambda v: v.name):
         s = node_summary(view, snapshot.time)
         style = _STATE_STYLE.get(s.state, "")
@@ -90,11 +92,16 @@ def nodes_table(snapshot: FleetSnapshot) -> Table:
             s.models or "",
             f"{s.busy}/{s.gpus}" if s.gpus else "",
             render.percent(s.utilization_percent) if s.utilization_percent is not None else render.NA,
-            render.memory_usage(s.memory_used_bytes, s.memory_total_bytes) if s.memory_total_bytes else "",
+            _share(s.memory_used_bytes, s.memory_total_bytes),
             str(s.processes),
             s.reason if s.state != LIVE else "",
         )
     return table
+
+
+def _share(used: int, total: int) -> str:
+    """'85% of 640GiB': the share first, so narrow terminals keep what matters."""
+    return f"{100 * used / total:.0f}% of {render.size(total)}" if total else ""
 
 
 def _json(snapshot: FleetSnapshot, fleet: Fleet) -> dict[str, Any]:
@@ -155,17 +162,19 @@ def register(app: typer.Typer) -> None:
             discover_fleet(fleet_file, False, timeout=30.0)
             return
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_live(fleet, every))
+            asyncio.run(run_live(fleet, every))
 
-    async def _live(fleet: Fleet, every: float) -> None:
-        collector = Collector(node_targets(fleet), interval=every, max_handshakes=fleet.max_handshakes)
-        collector.start()
-        console = Console()
-        try:
-            with Live(console=console, auto_refresh=False, screen=False) as live:
-                while True:
-                    snapshot = collector.snapshot()
-                    live.update(Group(nodes_table(snapshot), teams_table(snapshot, fleet)), refresh=True)
-                    await asyncio.sleep(every)
-        finally:
-            await collector.stop()
+
+async def run_live(fleet: Fleet, every: float) -> None:
+    """Redraw the nodes and teams tables at the interval until cancelled (Ctrl-C)."""
+    collector = Collector(node_targets(fleet), interval=every, max_handshakes=fleet.max_handshakes)
+    collector.start()
+    console = Console()
+    try:
+        with Live(console=console, auto_refresh=False, screen=False) as live:
+            while True:
+                snapshot = collector.snapshot()
+                live.update(Group(nodes_table(snapshot), teams_table(snapshot, fleet)), refresh=True)
+                await asyncio.sleep(every)
+    finally:
+        await collector.stop()

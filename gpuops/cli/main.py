@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "gpuops.cli.spec",
     "gpuops.cli.fleet",
     "gpuops.cli.sim",
+    "gpuops.cli.demo",
 )
 
 for _name in _COMMAND_MODULES:

@@ -17,6 +17,14 @@ BUSY_PERCENT = 5.0
 UNOWNED = "(unowned)"
 
 
+def short_model(name: str) -> str:
+    """'NVIDIA A100-SXM4-80GB' -> 'A100-80GB': enough to tell cards apart in a dense table."""
+    short = name.removeprefix("NVIDIA ")
+    for form in ("-SXM4", "-SXM5", "-SXM2", "-PCIE", " PCIe", " NVL"):
+        short = short.replace(form, "")
+    return short
+
+
 def gpu_busy(gpu: Gpu) -> bool:
     if gpu.processes:
         return True
@@ -74,7 +82,7 @@ def node_summary(view: NodeView, now: float) -> NodeSummary:
         age=view.age(now),
         owner=view.owner,
         gpus=len(gpus),
-        models=", ".join(f"{n}x {m.removeprefix('NVIDIA ')}" for m, n in sorted(models.items())),
+        models=", ".join(f"{n}x {short_model(m)}" for m, n in sorted(models.items())),
         busy=sum(1 for g in gpus if gpu_busy(g)) if view.sample else 0,
         utilization_percent=sum(utils) / len(utils) if utils else None,
         memory_used_bytes=sum(_int(g.sample.memory_used_bytes) for g in gpus if g.sample),
