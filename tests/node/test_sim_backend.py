@@ -222,3 +222,63 @@ def test_users_and_tenants_are_exposed() -> None:
     b = SimBackend(clock=Clock())
     assert b.users()["alice"] == 1001
     assert b.tenants()["vision"] == ("alice", "bob")
+
+
+# ---- samples are a pure function of (seed, time), whatever the caches saw ---------------------
+
+
+def _sample_at(b: SimBackend, clock: Clock, t: float) -> Any:
+    clock.t = t
+    return to_json(b.sample())
+
+
+@pytest.mark.parametrize("scenario", ["demo-node", "hopper-node", "mixed-node"])
+def test_samples_do_not_depend_on_the_order_or_rate_of_sampling(scenario: str) -> None:
+    times = [T0 + 0.375 + i for i in range(25 * 60)]  # 25 minutes, past the temperature's history
+    clocks = [Clock(), Clock(), Clock()]
+    every, sparse, backwards = (SimBackend(spec=scenario, clock=c, seed=11) for c in clocks)
+    each_second = {t: _sample_at(every, clocks[0], t) for t in times}
+    every_17s = {t: _sample_at(sparse, clocks[1], t) for t in times[::17]}
+    reverse_7s = {t: _sample_at(backwards, clocks[2], t) for t in reversed(times[::7])}
+    assert every_17s == {t: each_second[t] for t in every_17s}
+    assert reverse_7s == {t: each_second[t] for t in reverse_7s}
+    # And what a backend that never sampled before says.
+    for t in times[::311]:
+        clock = Clock()
+        assert _sample_at(SimBackend(spec=scenario, clock=clock, seed=11), clock, t) == each_second[t]
+    # The temperature still lags the load: it is not the same at every instant of a minute.
+    temps = {
+        g["sample"]["temperature_celsius"]
+        for s in each_second.values()
+        for g in s["gpus"]
+        if isinstance(g["sample"]["temperature_celsius"], float)
+    }
+    assert len(temps) > 3
+
+
+def test_samples_follow_state_changes_whatever_was_sampled_before() -> None:
+    def change(b: SimBackend, clock: Clock) -> None:
+        clock.t = T0 + 600
+        b.set_mig_mode(7, True)
+        b.reset_gpu(7)
+        gi = b.create_gpu_instance(7, 9)
+        b.create_compute_instance(7, gi.id, 2)
+        b.start_workload("detr-finetune", gpus=[7], gpu_instance_id=gi.id)
+        b.stop_workload("chat-api")
+        b.device(3).lost = True
+
+    warm_clock, cold_clock = Clock(), Clock()
+    warm = SimBackend(spec="demo-node", clock=warm_clock)
+    for i in range(600):
+        _sample_at(warm, warm_clock, T0 + i)
+    cold = SimBackend(spec="demo-node", clock=cold_clock)
+    change(warm, warm_clock)
+    change(cold, cold_clock)
+    for t in [T0 + 600 + i for i in range(0, 900, 13)]:
+        assert _sample_at(warm, warm_clock, t) == _sample_at(cold, cold_clock, t)
+    warm_clock.t = T0 + 900
+    gpus = warm.sample().gpus
+    assert gpus[3].sample and gpus[3].sample.power_watts == NotAvailable("GPU_IS_LOST")
+    assert gpus[7].mig and gpus[7].mig.current and [p.user for p in gpus[7].processes] == ["bob"]
+    chat = next(w for w in warm.workloads() if w.name == "chat-api")
+    assert chat.state == "done" and not {p.pid for g in gpus for p in g.processes} & set(chat.pids)

@@ -32,7 +32,22 @@ from gpuops.node.sim.spec import SimSpec, SpecError, WorkloadSpec, load_spec, re
 STATE_VERSION = 1
 _HISTORY_STEPS = 10  # minutes of load history behind the temperature
 _HISTORY_STEP = 60.0
+# Weight of the power now (0) and i minutes ago (1..10) in the temperature.
+_WEIGHTS = tuple(math.exp(-i / 3.0) for i in range(_HISTORY_STEPS + 1))
+_WEIGHT_SUM = sum(_WEIGHTS)
+_MINUTES_KEPT = 64  # per GPU, before the minute caches are pruned to the window in use
 _NOT_SUPPORTED = NotAvailable("NOT_SUPPORTED")
+# The figures of a GpuSample after its timestamp, as `unsupported` names them.
+_FIGURES = (
+    "utilization_gpu",
+    "utilization_memory",
+    "memory",
+    "memory",
+    "power",
+    "temperature",
+    "sm_clock",
+    "memory_clock",
+)
 _LOST = NotAvailable("GPU_IS_LOST")
 
 
@@ -95,6 +110,16 @@ class SimBackend(Backend):
             self._layout_ids: Dict[Tuple[int, int], Tuple[int, Tuple[int, ...]]] = {}
             self._devices = self._build_devices()
             self._workloads = self._build_workloads()
+            self._noise_memo: wl.NoiseMemo = {}  # hashed noise by key, last bucket (pure values)
+            self._ambient = [25.0 + 3.0 * wl.noise(self._seed, "ambient", d.index) for d in self._devices]
+            # Caches of figures that are pure functions of (seed, time) for a given state: the
+            # state they were computed under is `_cache_key`; any change empties them.
+            self._cache_key: Optional[Tuple[Any, ...]] = None
+            self._on_gpu: List[Tuple[Tuple[_Workload, int], ...]] = []
+            self._minute_powers: List[Dict[int, float]] = []
+            self._minute_sums: List[Dict[int, float]] = []
+            self._process_cache: Dict[Tuple[str, int], Tuple[int, GpuProcess]] = {}
+            self._refresh()
         except SpecError as exc:
             if not label.isprintable():
                 label = repr(label)
@@ -231,28 +256,47 @@ class SimBackend(Backend):
                 return wl.BLOCKED
         return wl.RUNNING
 
-    def _processes(self, t: float, gpu: Optional[int] = None) -> List[_Proc]:
+    def _processes(self, t: float, gpu: int) -> List[_Proc]:
+        """The processes running on a GPU at time t (call `_refresh` first)."""
         procs = []
         utc = self._spec.utc_offset
-        for w in self._workloads:
-            if gpu is not None and gpu not in w.gpus:
-                continue
+        for w, i in self._on_gpu[gpu]:
             if self._state(w, t) != wl.RUNNING:
                 continue
             assert w.start is not None
-            for i, g in enumerate(w.gpus):
-                if gpu is not None and g != gpu:
-                    continue
-                moment = wl.Moment(self._seed, (w.name, g), t, t - w.start, utc)
-                activity = w.model.activity(moment, w.spec.params)
-                procs.append(
-                    _Proc(
-                        w, g, w.pids[i], w.gpu_instance_id, w.compute_instance_id, activity, w.footprints[i]
-                    )
-                )
+            moment = wl.Moment(self._seed, (w.name, gpu), t, t - w.start, utc, self._noise_memo)
+            activity = w.model.activity(moment, w.spec.params)
+            procs.append(
+                _Proc(w, gpu, w.pids[i], w.gpu_instance_id, w.compute_instance_id, activity, w.footprints[i])
+            )
         return procs
 
+    def _refresh(self) -> None:
+        """Empty the caches when the state they were computed under has changed: a workload's
+        binding or schedule, a GPU's MIG state or loss, the epoch (`lost_at` counts from it)."""
+        key = (
+            self._epoch,
+            tuple(d.version for d in self._devices),
+            tuple(
+                (w.start, w.stop, w.gpus, w.gpu_instance_id, w.compute_instance_id, w.pids, w.footprints)
+                for w in self._workloads
+            ),
+        )
+        if key == self._cache_key:
+            return
+        self._cache_key = key
+        on_gpu: List[List[Tuple[_Workload, int]]] = [[] for _ in self._devices]
+        for w in self._workloads:
+            for i, g in enumerate(w.gpus):
+                if 0 <= g < len(on_gpu):
+                    on_gpu[g].append((w, i))
+        self._on_gpu = [tuple(ws) for ws in on_gpu]
+        self._minute_powers = [{} for _ in self._devices]
+        self._minute_sums = [{} for _ in self._devices]
+        self._process_cache.clear()
+
     def _busy(self, gpu: int, gi: Optional[int] = None, ci: Optional[int] = None) -> bool:
+        self._refresh()
         for p in self._processes(self.now(), gpu):
             if gi is not None and p.gpu_instance_id != gi:
                 continue
@@ -376,6 +420,7 @@ class SimBackend(Backend):
         with self._lock:
             self._check_open()
             t = self.now()
+            self._refresh()
             return NodeSample(
                 hostname=self._spec.hostname,
                 timestamp=t,
@@ -403,24 +448,23 @@ class SimBackend(Backend):
         return min(sm, 1.0), min(mem, 1.0), bool(procs)
 
     def _sample_gpu(self, device: SimDevice, t: float) -> Gpu:
-        if self._lost(device.index, t):
+        index = device.index
+        if self._lost(index, t):
             sample = GpuSample(t, _LOST, _LOST, _LOST, _LOST, _LOST, _LOST, _LOST, _LOST)
             return Gpu(info=device.info(True), mig=None, sample=sample, owner=device.owner)
         hw = device.hardware
-        procs = self._processes(t, device.index)
+        past = self._past_power(device, t)  # first: it hashes other noise buckets than now's
+        procs = self._processes(t, index)
         memory = self._allocate(device, procs)
         processes = tuple(self._process(device, p, memory[i]) for i, p in enumerate(procs))
         sm, mem, holding = self._load(device, procs)
-        history = [self._power(device, t, sm, holding)]
-        for step in range(1, _HISTORY_STEPS + 1):
-            past = t - step * _HISTORY_STEP
-            psm, _pmem, pholding = self._load(device, self._processes(past, device.index))
-            history.append(self._power(device, past, psm, pholding))
-        temperature = self._temperature(device, t, history)
+        power = self._power(device, t, sm, holding)
+        temperature = self._temperature(device, t, power, past)
         unsupported = device.unsupported
         used = sum(memory)
         mig_samples: Tuple[MigInstanceSample, ...] = ()
-        if device.mig_current:
+        mig_on = device.mig_current
+        if mig_on:
             per_gi: Dict[int, int] = {}
             for i, p in enumerate(procs):
                 per_gi[p.gpu_instance_id or 0] = per_gi.get(p.gpu_instance_id or 0, 0) + memory[i]
@@ -432,32 +476,24 @@ class SimBackend(Backend):
                 )
                 for gi in device.gpu_instances()
             )
-        mig_on = device.mig_current
-
-        def field(name: str, value: Union[int, float]) -> Any:
-            return _NOT_SUPPORTED if name in unsupported else value
-
-        sample = GpuSample(
-            timestamp=t,
-            utilization_gpu_percent=(
-                _NOT_SUPPORTED if mig_on else field("utilization_gpu", round(sm * 100.0, 1))
-            ),
-            utilization_memory_percent=(
-                _NOT_SUPPORTED if mig_on else field("utilization_memory", round(mem * 100.0, 1))
-            ),
-            memory_used_bytes=field("memory", used),
-            memory_total_bytes=field("memory", hw.memory_total_bytes),
-            power_watts=field("power", round(history[0], 2)),
-            temperature_celsius=field("temperature", float(round(temperature))),
-            sm_clock_mhz=field("sm_clock", self._sm_clock(hw, sm, temperature)),
-            memory_clock_mhz=field(
-                "memory_clock", hw.memory_clock_mhz if holding else hw.idle_memory_clock_mhz
-            ),
-        )
+        figures: List[Any] = [
+            _NOT_SUPPORTED if mig_on else round(sm * 100.0, 1),
+            _NOT_SUPPORTED if mig_on else round(mem * 100.0, 1),
+            used,
+            hw.memory_total_bytes,
+            round(power, 2),
+            float(round(temperature)),
+            self._sm_clock(hw, sm, temperature),
+            hw.memory_clock_mhz if holding else hw.idle_memory_clock_mhz,
+        ]
+        if unsupported:
+            for i, name in enumerate(_FIGURES):
+                if name in unsupported:
+                    figures[i] = _NOT_SUPPORTED
         return Gpu(
             info=device.info(),
             mig=device.mig_state(),
-            sample=sample,
+            sample=GpuSample(t, *figures),
             mig_samples=mig_samples,
             processes=processes,
             owner=device.owner,
@@ -487,9 +523,15 @@ class SimBackend(Backend):
         return out
 
     def _process(self, device: SimDevice, p: _Proc, memory: int) -> GpuProcess:
+        # The same (frozen) object while the memory it holds does not change; the cache is
+        # emptied with any change of the state the other fields come from.
         w = p.workload
+        slot = (w.name, p.gpu)
+        hit = self._process_cache.get(slot)
+        if hit is not None and hit[0] == memory:
+            return hit[1]
         on_mig = device.mig_current and p.gpu_instance_id is not None
-        return GpuProcess(
+        process = GpuProcess(
             pid=p.pid,
             used_memory_bytes=_NOT_SUPPORTED if "process_memory" in device.unsupported else memory,
             user=w.spec.user,
@@ -499,11 +541,13 @@ class SimBackend(Backend):
             tenant=w.spec.tenant if w.spec.limiter else None,
             tenant_source="limiter" if w.spec.limiter and w.spec.tenant else "",
         )
+        self._process_cache[slot] = (memory, process)
+        return process
 
     def _power(self, device: SimDevice, t: float, load: float, holding: bool) -> float:
         hw = device.hardware
         span = hw.power_limit_watts - hw.idle_watts
-        wobble = wl.smooth_noise(self._seed, ("power", device.index), t, 4.0)
+        wobble = wl.smooth_noise(self._seed, ("power", device.index), t, 4.0, self._noise_memo)
         watts = hw.idle_watts * (0.97 + 0.06 * wobble)
         if load > 0:
             watts += span * (load**0.85) * (0.9 + 0.1 * wobble)
@@ -511,14 +555,52 @@ class SimBackend(Backend):
             watts += 0.03 * span  # a context keeps the GPU out of its deepest idle state
         return min(watts, hw.power_limit_watts)
 
-    def _temperature(self, device: SimDevice, t: float, history: Sequence[float]) -> float:
+    def _minute_power(self, device: SimDevice, minute: int) -> float:
+        """Power at the start of a whole minute (the pure figure, cached per GPU)."""
+        powers = self._minute_powers[device.index]
+        watts = powers.get(minute)
+        if watts is None:
+            at = minute * _HISTORY_STEP
+            sm, _mem, holding = self._load(device, self._processes(at, device.index))
+            watts = powers[minute] = self._power(device, at, sm, holding)
+        return watts
+
+    def _minute_sum(self, device: SimDevice, minute: int) -> float:
+        """Sum over s = 1..10 of weight(s) x power at whole minute `minute - s + 1`: the past
+        terms of the temperature at the end of that minute."""
+        sums = self._minute_sums[device.index]
+        total = sums.get(minute)
+        if total is None:
+            total = 0.0
+            for step in range(1, _HISTORY_STEPS + 1):
+                total += _WEIGHTS[step] * self._minute_power(device, minute - step + 1)
+            sums[minute] = total
+        return total
+
+    def _past_power(self, device: SimDevice, t: float) -> float:
+        """The temperature's past terms: sum over s = 1..10 of weight(s) x power s minutes ago,
+        each past power interpolated between the whole minutes around it. So the terms move
+        smoothly with t, and one sample costs two cached sums: the history is computed once per
+        whole minute and GPU, as a pure function of (seed, time), whatever order samples come in."""
+        x = t / _HISTORY_STEP
+        minute = math.floor(x)
+        before = self._minute_sum(device, minute - 1)
+        after = self._minute_sum(device, minute)
+        index = device.index
+        for cache, low in (
+            (self._minute_powers[index], minute - _HISTORY_STEPS),
+            (self._minute_sums[index], minute - 1),
+        ):
+            if len(cache) > _MINUTES_KEPT:
+                for key in [k for k in cache if not low <= k <= minute]:
+                    del cache[key]
+        return before + (after - before) * (x - minute)
+
+    def _temperature(self, device: SimDevice, t: float, power: float, past: float) -> float:
         """Die temperature follows power with a lag of a few minutes (a weighted past)."""
-        hw = device.hardware
-        weights = [math.exp(-i / 3.0) for i in range(len(history))]
-        avg = sum(w * p for w, p in zip(weights, history)) / sum(weights)
-        ambient = 25.0 + 3.0 * wl.noise(self._seed, "ambient", device.index)
-        jitter = wl.smooth_noise(self._seed, ("temp", device.index), t, 30.0) - 0.5
-        return ambient + 48.0 * avg / hw.power_limit_watts + jitter
+        avg = (_WEIGHTS[0] * power + past) / _WEIGHT_SUM
+        jitter = wl.smooth_noise(self._seed, ("temp", device.index), t, 30.0, self._noise_memo) - 0.5
+        return self._ambient[device.index] + 48.0 * avg / device.hardware.power_limit_watts + jitter
 
     @staticmethod
     def _sm_clock(hw: Hardware, load: float, temperature: float) -> int:

@@ -237,13 +237,49 @@ class SimDevice:
         self.pci_bus_id = pci_bus_id(index)
         self.driver_version = driver_version
         self.owner = owner
-        self.lost = lost
         self.unsupported = frozenset(unsupported)
+        # Bumped by every change of the MIG state or of `lost`: what the caches below, and the
+        # backend's, are keyed on.
+        self.version = 0
+        self._info: Dict[bool, GpuInfo] = {}
+        self._derived: Dict[Any, Any] = {}  # figures derived from the MIG state; cleared on a change
+        self._lost = bool(lost)
         capable = hardware.mig is not None
-        self.mig_current = bool(mig_enabled) and capable
-        self.mig_pending = self.mig_current if mig_pending is None or not capable else bool(mig_pending)
+        self._mig_current = bool(mig_enabled) and capable
+        self._mig_pending = self._mig_current if mig_pending is None or not capable else bool(mig_pending)
         self.serial = 0  # counts creations, so a re-created MIG device gets a new UUID
         self._gis: Dict[int, _Gi] = {}
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._derived.clear()
+
+    @property
+    def lost(self) -> bool:
+        return self._lost
+
+    @lost.setter
+    def lost(self, value: bool) -> None:
+        self._lost = bool(value)
+        self._changed()
+
+    @property
+    def mig_current(self) -> bool:
+        return self._mig_current
+
+    @mig_current.setter
+    def mig_current(self, value: bool) -> None:
+        self._mig_current = bool(value)
+        self._changed()
+
+    @property
+    def mig_pending(self) -> bool:
+        return self._mig_pending
+
+    @mig_pending.setter
+    def mig_pending(self, value: bool) -> None:
+        self._mig_pending = bool(value)
+        self._changed()
 
     # ---- identity -------------------------------------------------------------------------
     @property
@@ -255,10 +291,17 @@ class SimDevice:
         return self.hardware.mig is not None
 
     def info(self, lost_now: bool = False) -> GpuInfo:
-        """Identity and fixed figures; a lost GPU (or `lost_now`) answers GPU_IS_LOST for figures."""
+        """Identity and fixed figures; a lost GPU (or `lost_now`) answers GPU_IS_LOST for figures.
+        The same (frozen) object every time: identity does not change."""
+        is_lost = self._lost or lost_now
+        info = self._info.get(is_lost)
+        if info is None:
+            info = self._info[is_lost] = self._make_info(is_lost)
+        return info
+
+    def _make_info(self, is_lost: bool) -> GpuInfo:
         hw = self.hardware
         lost = NotAvailable("GPU_IS_LOST")
-        is_lost = self.lost or lost_now
         return GpuInfo(
             index=self.index,
             uuid=self.uuid,
@@ -280,15 +323,26 @@ class SimDevice:
         )
 
     def mig_state(self) -> Optional[MigState]:
-        """None for GPUs without MIG, and for lost GPUs (NVML cannot say)."""
-        if not self.mig_capable or self.lost:
+        """None for GPUs without MIG, and for lost GPUs (NVML cannot say). The same (frozen)
+        object until the MIG state changes."""
+        if self.hardware.mig is None or self._lost:
             return None
-        return MigState(self.mig_current, self.mig_pending, self.gpu_instances())
+        state = self._derived.get("mig_state")
+        if state is None:
+            state = self._derived["mig_state"] = MigState(
+                self._mig_current, self._mig_pending, self.gpu_instances()
+            )
+        return state
 
     def gpu_instances(self) -> Tuple[GpuInstance, ...]:
-        if not self.mig_current:
+        if not self._mig_current:
             return ()
-        return tuple(self._gi_model(gi) for gi in sorted(self._gis.values(), key=lambda g: g.id))
+        gis = self._derived.get("gpu_instances")
+        if gis is None:
+            gis = self._derived["gpu_instances"] = tuple(
+                self._gi_model(gi) for gi in sorted(self._gis.values(), key=lambda g: g.id)
+            )
+        return gis
 
     def gpu_instance(self, gi_id: int) -> Optional[GpuInstance]:
         gi = self._gis.get(gi_id)
@@ -304,6 +358,13 @@ class SimDevice:
 
     def gpu_instance_compute_share(self, gi_id: int, ci_id: Optional[int] = None) -> float:
         """Share of the GPU's compute slices an instance (or one CI of it) holds."""
+        key = ("share", gi_id, ci_id)
+        share = self._derived.get(key)
+        if share is None:
+            share = self._derived[key] = self._compute_share(gi_id, ci_id)
+        return share
+
+    def _compute_share(self, gi_id: int, ci_id: Optional[int]) -> float:
         model = self.hardware.mig
         gi = self._gis.get(gi_id)
         if model is None or gi is None:
@@ -399,6 +460,7 @@ class SimDevice:
             # Hopper and later switch without a reset; nothing survives the switch.
             self.mig_current = enabled
             self._gis.clear()
+        self._changed()
         return MigModeChange(self.mig_current, self.mig_pending)
 
     def reset(self, busy: bool) -> None:
@@ -409,6 +471,7 @@ class SimDevice:
         self._gis.clear()
         if self.mig_capable:
             self.mig_current = self.mig_pending
+        self._changed()
 
     # ---- GPU instances --------------------------------------------------------------------
     def placements(self) -> Tuple[Placement, ...]:
@@ -458,6 +521,7 @@ class SimDevice:
         gi = _Gi(gi_id, profile, start)
         self._gis[gi_id] = gi
         self.serial += 1
+        self._changed()
         return gi
 
     def destroy_gpu_instance(self, gi_id: int, busy: bool) -> None:
@@ -475,6 +539,7 @@ class SimDevice:
                 % (gi_id, self._where(), why),
             )
         del self._gis[gi_id]
+        self._changed()
 
     # ---- compute instances ----------------------------------------------------------------
     def _gi(self, gi_id: int) -> _Gi:
@@ -550,6 +615,7 @@ class SimDevice:
             )
         ci = _Ci(ci_id, cp, start, uuid)
         gi.cis[ci_id] = ci
+        self._changed()
         return ci
 
     def destroy_compute_instance(self, gi_id: int, ci_id: int, busy: bool) -> None:
@@ -566,6 +632,7 @@ class SimDevice:
                 % (ci_id, gi_id, self._where()),
             )
         del gi.cis[ci_id]
+        self._changed()
 
     # ---- state export / import ------------------------------------------------------------
     def export_state(self) -> Dict[str, Any]:
@@ -599,6 +666,8 @@ class SimDevice:
         except (BackendError, KeyError, TypeError, ValueError) as exc:
             self.lost, self.mig_current, self.mig_pending, self.serial, self._gis = saved
             raise ValueError("GPU %d state: %s" % (self.index, exc)) from None
+        finally:
+            self._changed()  # ids and UUIDs were rewritten in place
 
     def _import(self, data: Mapping[str, Any]) -> None:
         def flag(name: str) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
 DAY = 86400.0
@@ -25,20 +25,53 @@ HOUR = 3600.0
 
 def noise(seed: int, *key: object) -> float:
     """A uniform number in [0, 1) from a hash of the seed and the key; the same key, the same number."""
-    text = "\x1f".join(str(part) for part in (seed, *key))
+    text = "\x1f".join(map(str, (seed, *key)))
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 18446744073709551616.0
 
 
-def smooth_noise(seed: int, key: Tuple[object, ...], t: float, period: float) -> float:
+# A noise memo (`Moment.memo`; the backend keeps one) only saves hashing: it holds what `noise`
+# gives for each key at the last bucket asked for, which is what a sampler walking forward in time
+# asks for again. Its values are the pure function's, so results never depend on what was asked
+# before. Its keys are the noise keys without the time, so it stays as small as the set of keys.
+# Keys that compare equal must print alike (do not mix 1, 1.0 and True).
+NoiseMemo = Dict[Tuple[object, ...], Tuple[int, float, float]]
+
+
+def smooth_noise(
+    seed: int, key: Tuple[object, ...], t: float, period: float, memo: Optional[NoiseMemo] = None
+) -> float:
     """Value noise in [0, 1): hashed values at each `period` bucket, eased between buckets."""
     x = t / period
     bucket = math.floor(x)
     frac = x - bucket
     frac = frac * frac * (3.0 - 2.0 * frac)
-    a = noise(seed, *key, int(bucket))
-    b = noise(seed, *key, int(bucket) + 1)
+    if memo is None:
+        a = noise(seed, *key, bucket)
+        b = noise(seed, *key, bucket + 1)
+        return a + (b - a) * frac
+    slot = (seed, key, period)
+    last = memo.get(slot)
+    if last is not None and last[0] == bucket:
+        a, b = last[1], last[2]
+    else:
+        a = last[2] if last is not None and last[0] == bucket - 1 else noise(seed, *key, bucket)
+        b = noise(seed, *key, bucket + 1)
+        memo[slot] = (bucket, a, b)
     return a + (b - a) * frac
+
+
+def bucket_noise(seed: int, key: Tuple[object, ...], bucket: int, memo: Optional[NoiseMemo] = None) -> float:
+    """`noise(seed, *key, bucket)`, through the memo when there is one."""
+    if memo is None:
+        return noise(seed, *key, bucket)
+    slot = (seed, key)
+    last = memo.get(slot)
+    if last is not None and last[0] == bucket:
+        return last[1]
+    value = noise(seed, *key, bucket)
+    memo[slot] = (bucket, value, value)
+    return value
 
 
 def clamp(value: float, low: float, high: float) -> float:
@@ -76,6 +109,7 @@ class Moment:
     t: float  # simulated time, seconds since the epoch
     running_for: float  # seconds since the workload started
     utc_offset: float  # site's offset east of UTC, seconds
+    memo: Optional[NoiseMemo] = field(default=None, compare=False, repr=False)  # saves hashing only
 
 
 @dataclass(frozen=True)
@@ -105,7 +139,11 @@ class WorkloadModel:
 
 def _jitter(moment: Moment, name: str, period: float, amplitude: float) -> float:
     """Smooth noise centred on 0 in [-amplitude, amplitude]."""
-    return (smooth_noise(moment.seed, (*moment.key, name), moment.t, period) - 0.5) * 2.0 * amplitude
+    return (
+        (smooth_noise(moment.seed, (*moment.key, name), moment.t, period, moment.memo) - 0.5)
+        * 2.0
+        * amplitude
+    )
 
 
 def _warmup(moment: Moment, seconds: float) -> float:
@@ -214,10 +252,13 @@ class Notebook(WorkloadModel):
             return Activity(0.0, 1.0, 0.0)
         bucket_len = max(params["bucket"], 1.0)
         bucket = math.floor(moment.t / bucket_len)
-        if noise(moment.seed, *moment.key, "burst", bucket) >= params["burst_probability"]:
+        if (
+            bucket_noise(moment.seed, (*moment.key, "burst"), bucket, moment.memo)
+            >= params["burst_probability"]
+        ):
             return Activity(0.0, 1.0, 0.0)
         # A burst covers part of its bucket: a cell that runs for a while, then the user reads.
-        length = 0.3 + 0.6 * noise(moment.seed, *moment.key, "len", bucket)
+        length = 0.3 + 0.6 * bucket_noise(moment.seed, (*moment.key, "len"), bucket, moment.memo)
         if (moment.t / bucket_len - bucket) > length:
             return Activity(0.0, 1.0, 0.0)
         util = clamp(params["burst_util"] + _jitter(moment, "burst", 3.0, 20.0), 5.0, 100.0)
