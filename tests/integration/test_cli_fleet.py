@@ -93,3 +93,26 @@ def test_a_broken_fleet_file_gives_located_errors(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert f"{path}:5:" in result.stderr and "port" in result.stderr
+
+
+def test_demo_shows_a_live_fleet_and_leaves_nothing_behind() -> None:
+    import signal
+    import time
+
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "gpuops", "demo", "--interval", "0.5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    # Without a terminal the live table is printed when it stops; give the fleet time to answer.
+    time.sleep(8)
+    demo.send_signal(signal.SIGINT)
+    out = demo.communicate(timeout=30)[0].decode(errors="replace")
+    assert demo.returncode == 0, out[-2000:]
+    assert "8 nodes: 8 live" in out, out[-2000:]
+    assert "robotics" in out and "stopped" in out
+    directory = out.split("(", 1)[1].split(")", 1)[0].rsplit("/", 1)[0]
+    left = subprocess.run(["pgrep", "-f", f"simfleet serve --dir {directory}"], capture_output=True)
+    assert left.returncode == 1, left.stdout
