@@ -181,6 +181,7 @@ void gl_maybe_reload(void) {
 static void resolve(void **dst, const char *name) { *dst = real_dlsym(g_libcuda, name); }
 
 static void do_init(void) {
+    uint64_t w0 = gl_now_ns(), c0 = gl_thread_cpu_ns();
     t_in_init = 1;
     gl_log_init();
     find_real_dlsym();
@@ -218,6 +219,8 @@ static void do_init(void) {
     load_table(1);
     atomic_store(&G.next_reload_check, gl_now_ns() + 500000000ull);
     G.ready = 1;
+    G.init_wall_ns = gl_now_ns() - w0;
+    G.init_cpu_ns = gl_thread_cpu_ns() - c0;
     g_init_rc = 0;
     t_in_init = 0;
 }

@@ -132,6 +132,8 @@ struct gl_state {
     int table_ok;
     uint64_t table_mtime_ns, table_size, table_ino;
     _Atomic uint64_t next_reload_check;
+    uint64_t init_wall_ns, init_cpu_ns;  /* cost of gl_init, reported with the first registration */
+    int init_reported;
     struct gl_dev dev[GL_MAX_DEV];
 };
 extern struct gl_state G;

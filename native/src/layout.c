@@ -42,6 +42,7 @@ int main(void) {
     F(rg_slot, init_ns);
     F(rg_slot, init_cpu_ns);
     F(rg_slot, waited_ns);
+    F(rg_slot, init_lock_wait_us);
     printf("  \"end\": 0\n}\n");
     return 0;
 }

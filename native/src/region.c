@@ -185,11 +185,16 @@ static int find_tenant(struct rg_region *rg, const char *name, uint32_t h) {
     return -1;
 }
 
+static uint64_t g_lock_wait_ns;
+
 static int tenant_entry(struct rg_region *rg, const char *name) {
     uint32_t h = name_hash(name);
     int i = find_tenant(rg, name, h);
     if (i >= 0) return i;
-    if (gl_lock_region(rg, 0) != 0) return -1;
+    uint64_t w0 = gl_now_ns();
+    int locked = gl_lock_region(rg, 0);
+    g_lock_wait_ns += gl_now_ns() - w0;
+    if (locked != 0) return -1;
     i = find_tenant(rg, name, h);
     if (i < 0) {
         for (int k = 0; k < RG_MAX_TENANTS; k++) {
@@ -329,6 +334,12 @@ int gl_region_attach(struct gl_dev *d) {
      * matters: before an allocation is refused, in cuMemGetInfo, and when slots run out. */
     d->me->init_ns = gl_now_ns() - t0;
     d->me->init_cpu_ns = gl_thread_cpu_ns() - c0;
+    d->me->init_lock_wait_us = (uint32_t)(g_lock_wait_ns / 1000);
+    if (!G.init_reported) { /* the library's own start-up counts once, with the first GPU */
+        G.init_reported = 1;
+        d->me->init_ns += G.init_wall_ns;
+        d->me->init_cpu_ns += G.init_cpu_ns;
+    }
     GL_LOG(LOG_DEBUG, "registered in %s slot %d tenant %s", path, d->slot, G.tenant);
     return 0;
 fail:

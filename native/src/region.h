@@ -118,11 +118,11 @@ struct rg_slot {
     _Atomic uint64_t launched_seq;     /* 72: lease sequence it last launched under */
     _Atomic uint64_t drained_seq;      /* 80: lease sequence it last drained */
     _Atomic uint64_t mem_limit;        /* 88: its effective memory limit (env may lower) */
-    uint64_t init_ns;                  /* 96: wall time of its registration */
-    uint64_t init_cpu_ns;              /* 104: CPU time of its registration */
+    uint64_t init_ns;                  /* 96: wall time of the limiter's start-up in it */
+    uint64_t init_cpu_ns;              /* 104: CPU time of the limiter's start-up in it */
     _Atomic uint64_t waited_ns;        /* 112: total time waited at the gate */
     _Atomic uint32_t waiting;          /* 120 */
-    uint32_t pad;                      /* 124 */
+    uint32_t init_lock_wait_us;        /* 124: time its registration waited on the region lock */
 };
 
 struct rg_region {

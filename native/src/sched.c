@@ -28,7 +28,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define Q_NS 10000000ull            /* lease quantum */
+#define Q_NS 20000000ull            /* lease quantum */
 #define IDLE_NS 2000000ull          /* a holder that launched nothing for this long is idle */
 #define DRAIN_MAX_NS 30000000ull    /* handover happens after this even if a holder did not drain */
 #define INFLIGHT_MAX_NS 2000000ull  /* estimated GPU work a process may have queued */

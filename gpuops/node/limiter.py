@@ -1,0 +1,496 @@
+"""The node side of the interception limiter (native/libgpuops-limiter.so).
+
+- The tenant table, ``<dir>/tenants``: written here (atomically) by the agent, read by every
+  CUDA process that loads the library.  Environment variables of a process can only lower what
+  the table grants.
+- The shared regions, ``<dir>/gpu-<UUID>.region``: one per GPU, written by the library.  Read
+  here for per-tenant and per-process usage.  The layout mirrors native/src/region.h (checked
+  by tests/native against ``gpuops-limiter-layout``).
+
+Standard library only; valid Python 3.8 (runs on GPU nodes).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import mmap
+import os
+import re
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+from gpuops.core.units import UnitError, parse_bytes, parse_percent
+
+DEFAULT_DIR = "/run/gpuops/limiter"
+TABLE_FILE = "tenants"
+TABLE_HEADER = "gpuops-limiter-table 1"
+
+POLICIES = ("best-effort", "fixed-share", "burst-share")  # index = value in the region
+CLASSES = ("online", "offline")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
+
+
+class LimiterError(ValueError):
+    """A tenant table or region could not be read or written; the message says why."""
+
+
+# --------------------------------------------------------------------------- tenant table
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    """One line of the tenant table.  name '*' applies to tenants without a line of their own."""
+
+    name: str
+    memory: Optional[int] = None  # bytes; None = no cap
+    compute: Optional[float] = None  # percent; None = no share
+    policy: Optional[str] = None  # fixed-share | burst-share | best-effort (default from compute)
+    klass: str = "online"
+    gpus: Tuple[str, ...] = ()  # indices or UUIDs; () = every GPU
+
+    def __post_init__(self) -> None:
+        if self.policy is None:  # the library's default, made explicit
+            object.__setattr__(self, "policy", self.effective_policy())
+
+    def effective_policy(self) -> str:
+        if self.policy:
+            return self.policy
+        return "fixed-share" if self.compute else "best-effort"
+
+    def validate(self) -> None:
+        if self.name != "*" and not _NAME_RE.match(self.name):
+            raise LimiterError("tenant name %r: use 1-63 letters, digits, '.', '_' or '-'" % (self.name,))
+        if self.memory is not None and self.memory <= 0:
+            raise LimiterError("tenant %s: memory must be positive" % self.name)
+        if self.compute is not None and not 0 < self.compute <= 100:
+            raise LimiterError("tenant %s: compute must lie in (0, 100]%%" % self.name)
+        if self.policy is not None and self.policy not in POLICIES:
+            raise LimiterError("tenant %s: policy must be one of %s" % (self.name, ", ".join(POLICIES)))
+        if self.klass not in CLASSES:
+            raise LimiterError("tenant %s: class must be online or offline" % self.name)
+        if self.effective_policy() != "best-effort" and not self.compute:
+            raise LimiterError("tenant %s: %s needs a compute share" % (self.name, self.effective_policy()))
+        for gpu in self.gpus:
+            if not gpu or "," in gpu or " " in gpu:
+                raise LimiterError("tenant %s: bad GPU reference %r" % (self.name, gpu))
+
+    def line(self) -> str:
+        parts = ["tenant", self.name]
+        if self.memory is not None:
+            parts.append("memory=%d" % self.memory)
+        if self.compute is not None:
+            parts.append("compute=%s" % ("%.3f" % self.compute).rstrip("0").rstrip("."))
+        parts.append("policy=%s" % self.effective_policy())
+        parts.append("class=%s" % self.klass)
+        if self.gpus:
+            parts.append("gpus=%s" % ",".join(self.gpus))
+        return " ".join(parts)
+
+
+def format_table(specs: Sequence[TenantSpec], generation: int) -> str:
+    seen = set()
+    lines = [
+        "# written by gpuops; edits are replaced by the agent",
+        TABLE_HEADER,
+        "generation %d" % generation,
+    ]
+    for spec in specs:
+        spec.validate()
+        key = (spec.name, spec.gpus)
+        if key in seen:
+            raise LimiterError("tenant %s appears twice for the same GPUs" % spec.name)
+        seen.add(key)
+        lines.append(spec.line())
+    return "\n".join(lines) + "\n"
+
+
+def parse_table(text: str) -> Tuple[int, List[TenantSpec]]:
+    """The table's generation and lines; LimiterError('line N: ...') on anything malformed,
+    following the same rules as the library (which then keeps its last good table)."""
+    generation = 0
+    specs: List[TenantSpec] = []
+    header = False
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        words = raw.split("#", 1)[0].split()
+        if not words:
+            continue
+        if not header:
+            if " ".join(words) != TABLE_HEADER:
+                raise LimiterError("line %d: expected %r" % (lineno, TABLE_HEADER))
+            header = True
+            continue
+        if words[0] == "generation" and len(words) == 2 and words[1].isdigit():
+            generation = int(words[1])
+            continue
+        if words[0] != "tenant" or len(words) < 2:
+            raise LimiterError("line %d: expected 'tenant NAME key=value...'" % lineno)
+        values: Dict[str, str] = {}
+        for kv in words[2:]:
+            key, sep, value = kv.partition("=")
+            if not sep or not value or key not in ("memory", "compute", "policy", "class", "gpus"):
+                raise LimiterError("line %d: bad setting %r" % (lineno, kv))
+            values[key] = value
+        try:
+            memory = parse_bytes(values["memory"]) if "memory" in values else None
+            compute = parse_percent(values["compute"]) if "compute" in values else None
+        except UnitError as exc:
+            raise LimiterError("line %d: %s" % (lineno, exc)) from None
+        spec = TenantSpec(
+            name=words[1],
+            memory=memory,
+            compute=compute if compute else None,
+            policy=values.get("policy"),
+            klass=values.get("class", "online"),
+            gpus=tuple(values["gpus"].split(",")) if "gpus" in values else (),
+        )
+        try:
+            spec.validate()
+        except LimiterError as exc:
+            raise LimiterError("line %d: %s" % (lineno, exc)) from None
+        specs.append(spec)
+    if not header:
+        raise LimiterError("empty tenant table (no %r line)" % TABLE_HEADER)
+    return generation, specs
+
+
+def read_table(directory: Union[str, Path] = DEFAULT_DIR) -> Tuple[int, List[TenantSpec]]:
+    path = Path(directory) / TABLE_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return 0, []
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LimiterError("%s: %s" % (path, exc)) from None
+    try:
+        return parse_table(text)
+    except LimiterError as exc:
+        raise LimiterError("%s: %s" % (path, exc)) from None
+
+
+def write_table(
+    directory: Union[str, Path], specs: Sequence[TenantSpec], generation: Optional[int] = None
+) -> int:
+    """Replaces the tenant table atomically (write, fsync, rename); returns its generation.
+    Running programs pick it up within about a second."""
+    directory = Path(directory)
+    if generation is None:
+        try:
+            generation = read_table(directory)[0] + 1
+        except LimiterError:
+            generation = int(time.time())
+    text = format_table(specs, generation)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / (".%s.%d.tmp" % (TABLE_FILE, os.getpid()))
+    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode("utf-8"))
+        os.fchmod(fd, 0o644)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(str(tmp), str(directory / TABLE_FILE))
+    return generation
+
+
+# --------------------------------------------------------------------------- shared regions
+
+MAGIC = 0x314E4F4947455250
+VERSION = 1
+HEADER_SIZE = 4096
+MAX_TENANTS = 64
+MAX_SLOTS = 1024
+TENANT_SIZE = 512
+SLOT_SIZE = 128
+TENANTS_OFF = HEADER_SIZE
+SLOTS_OFF = TENANTS_OFF + MAX_TENANTS * TENANT_SIZE
+TOTAL_SIZE = SLOTS_OFF + MAX_SLOTS * SLOT_SIZE
+
+# field offsets (see native/src/region.h)
+OFFSETS = {
+    "rg_header.gpu_uuid": 48,
+    "rg_header.lease": 192,
+    "rg_header.lease_deadline_ns": 208,
+    "rg_header.nwaiting": 228,
+    "rg_header.transitions": 240,
+    "rg_tenant.state": 0,
+    "rg_tenant.name": 8,
+    "rg_tenant.mem_limit": 72,
+    "rg_tenant.share_permille": 80,
+    "rg_tenant.policy": 84,
+    "rg_tenant.klass": 88,
+    "rg_tenant.waiting": 92,
+    "rg_tenant.busy_ns": 96,
+    "rg_tenant.charged_ns": 104,
+    "rg_tenant.config_gen": 160,
+    "rg_tenant.grants": 168,
+    "rg_tenant.members": 256,
+    "rg_slot.state": 0,
+    "rg_slot.pid": 8,
+    "rg_slot.tenant": 12,
+    "rg_slot.starttime": 16,
+    "rg_slot.pidns": 24,
+    "rg_slot.mem_used": 32,
+    "rg_slot.busy_ns": 40,
+    "rg_slot.launches": 48,
+    "rg_slot.mem_limit": 88,
+    "rg_slot.init_ns": 96,
+    "rg_slot.init_cpu_ns": 104,
+    "rg_slot.waited_ns": 112,
+    "rg_slot.init_lock_wait_us": 124,
+}
+
+_LEASE_STATES = ("free", "held", "draining")
+_F_OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", 36)
+_FLOCK = "hh4xqqi4x"  # struct flock on 64-bit Linux
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    slot: int
+    pid: int
+    tenant: str
+    alive: bool
+    memory_used: int
+    memory_limit: int  # 0 = none
+    busy_ns: int
+    launches: int
+    waited_ns: int
+    init_ns: int  # wall time of the limiter's start-up in the process
+    init_cpu_ns: int  # its CPU time
+    init_lock_wait_ns: int  # time it waited on the region lock
+
+
+@dataclass(frozen=True)
+class TenantUsage:
+    name: str
+    memory_limit: int  # 0 = none
+    compute_percent: float  # 0 = none
+    policy: str
+    klass: str
+    memory_used: int  # summed over live processes
+    busy_ns: int  # GPU time measured by its processes
+    charged_ns: int  # GPU time the scheduler charged it
+    grants: int
+    processes: int
+    waiting: int
+
+
+@dataclass(frozen=True)
+class RegionSnapshot:
+    path: str
+    gpu_uuid: str
+    taken_ns: int  # time.monotonic_ns() of the reading
+    lease_state: str
+    lease_holder: Optional[str]
+    transitions: int
+    tenants: Tuple[TenantUsage, ...] = field(default_factory=tuple)
+    processes: Tuple[ProcessUsage, ...] = field(default_factory=tuple)
+
+    def tenant(self, name: str) -> Optional[TenantUsage]:
+        for t in self.tenants:
+            if t.name == name:
+                return t
+        return None
+
+
+def _fnv1a(data: bytes, h: int = 2166136261) -> int:
+    for b in data:
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def _u32(buf: bytes, off: int) -> int:
+    return int(struct.unpack_from("<I", buf, off)[0])
+
+
+def _u64(buf: bytes, off: int) -> int:
+    return int(struct.unpack_from("<Q", buf, off)[0])
+
+
+def _cstr(buf: bytes, off: int, size: int) -> str:
+    return buf[off : off + size].split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def _own_pidns() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def _starttime(pid: int) -> int:
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read()
+    except OSError:
+        return 0
+    fields = data[data.rfind(b")") + 2 :].split()
+    return int(fields[19]) if len(fields) > 19 else 0
+
+
+def _lock_held(fd: int, slot: int) -> bool:
+    """True if some process holds the slot's OFD byte lock (that is, the slot's owner lives)."""
+    arg = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, SLOTS_OFF + slot * SLOT_SIZE, 1, 0)
+    try:
+        res = fcntl.fcntl(fd, _F_OFD_GETLK, arg)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENOSYS):
+            return True  # cannot tell: count it
+        raise
+    return int(struct.unpack(_FLOCK, res)[0]) != fcntl.F_UNLCK
+
+
+def _alive(fd: int, slot: int, pid: int, starttime: int, pidns: int, own_ns: int) -> bool:
+    if not _lock_held(fd, slot):
+        return False
+    if pidns and pidns == own_ns and pid > 0:
+        if not os.path.exists("/proc/%d" % pid):
+            return False
+        now = _starttime(pid)
+        if now and starttime and now != starttime:
+            return False  # the pid was reused
+    return True
+
+
+def read_region(path: Union[str, Path]) -> RegionSnapshot:
+    """One consistent-enough reading of a region (counters are read lock-free)."""
+    path = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LimiterError("%s: %s" % (path, exc.strerror)) from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < TOTAL_SIZE:
+            raise LimiterError("%s: not a gpuops region (size %d)" % (path, size))
+        with mmap.mmap(fd, TOTAL_SIZE, prot=mmap.PROT_READ) as m:
+            buf = bytes(m[:TOTAL_SIZE])
+        taken = time.monotonic_ns()
+        _check_header(path, buf)
+        own_ns = _own_pidns()
+        tenant_names: Dict[int, str] = {}
+        raw_tenants = []
+        for i in range(MAX_TENANTS):
+            base = TENANTS_OFF + i * TENANT_SIZE
+            if _u32(buf, base) != 2:
+                continue
+            name = _cstr(buf, base + OFFSETS["rg_tenant.name"], 64)
+            tenant_names[i] = name
+            raw_tenants.append((i, base, name))
+        processes = []
+        for s in range(MAX_SLOTS):
+            base = SLOTS_OFF + s * SLOT_SIZE
+            if _u64(buf, base) & 0xFF != 1:
+                continue
+            pid = struct.unpack_from("<i", buf, base + OFFSETS["rg_slot.pid"])[0]
+            tidx = struct.unpack_from("<i", buf, base + OFFSETS["rg_slot.tenant"])[0]
+            alive = _alive(
+                fd,
+                s,
+                pid,
+                _u64(buf, base + OFFSETS["rg_slot.starttime"]),
+                _u64(buf, base + OFFSETS["rg_slot.pidns"]),
+                own_ns,
+            )
+            processes.append(
+                ProcessUsage(
+                    slot=s,
+                    pid=pid,
+                    tenant=tenant_names.get(tidx, "?"),
+                    alive=alive,
+                    memory_used=_u64(buf, base + OFFSETS["rg_slot.mem_used"]),
+                    memory_limit=_u64(buf, base + OFFSETS["rg_slot.mem_limit"]),
+                    busy_ns=_u64(buf, base + OFFSETS["rg_slot.busy_ns"]),
+                    launches=_u64(buf, base + OFFSETS["rg_slot.launches"]),
+                    waited_ns=_u64(buf, base + OFFSETS["rg_slot.waited_ns"]),
+                    init_ns=_u64(buf, base + OFFSETS["rg_slot.init_ns"]),
+                    init_cpu_ns=_u64(buf, base + OFFSETS["rg_slot.init_cpu_ns"]),
+                    init_lock_wait_ns=_u32(buf, base + OFFSETS["rg_slot.init_lock_wait_us"]) * 1000,
+                )
+            )
+    finally:
+        os.close(fd)
+    tenants = []
+    for _i, base, name in raw_tenants:
+        live = [p for p in processes if p.alive and p.tenant == name]
+        policy = _u32(buf, base + OFFSETS["rg_tenant.policy"])
+        klass = _u32(buf, base + OFFSETS["rg_tenant.klass"])
+        tenants.append(
+            TenantUsage(
+                name=name,
+                memory_limit=_u64(buf, base + OFFSETS["rg_tenant.mem_limit"]),
+                compute_percent=_u32(buf, base + OFFSETS["rg_tenant.share_permille"]) / 10.0,
+                policy=POLICIES[policy] if policy < len(POLICIES) else "?",
+                klass=CLASSES[klass] if klass < len(CLASSES) else "?",
+                memory_used=sum(p.memory_used for p in live),
+                busy_ns=_u64(buf, base + OFFSETS["rg_tenant.busy_ns"]),
+                charged_ns=_u64(buf, base + OFFSETS["rg_tenant.charged_ns"]),
+                grants=_u64(buf, base + OFFSETS["rg_tenant.grants"]),
+                processes=len(live),
+                waiting=_u32(buf, base + OFFSETS["rg_tenant.waiting"]),
+            )
+        )
+    lease = _u64(buf, OFFSETS["rg_header.lease"])
+    state = lease & 0xFF
+    holder = (lease >> 8) & 0xFF
+    return RegionSnapshot(
+        path=path,
+        gpu_uuid=_cstr(buf, OFFSETS["rg_header.gpu_uuid"], 48),
+        taken_ns=taken,
+        lease_state=_LEASE_STATES[state] if state < len(_LEASE_STATES) else "?",
+        lease_holder=tenant_names.get(holder) if state else None,
+        transitions=_u64(buf, OFFSETS["rg_header.transitions"]),
+        tenants=tuple(tenants),
+        processes=tuple(processes),
+    )
+
+
+def _check_header(path: str, buf: bytes) -> None:
+    magic, version, header_size, max_tenants, max_slots, total, tsize, ssize, check = struct.unpack_from(
+        "<QIIIIQIII", buf, 0
+    )
+    expected = (MAGIC, VERSION, HEADER_SIZE, MAX_TENANTS, MAX_SLOTS, TOTAL_SIZE, TENANT_SIZE, SLOT_SIZE)
+    if (magic, version, header_size, max_tenants, max_slots, total, tsize, ssize) != expected:
+        raise LimiterError("%s: not a gpuops region of layout version %d" % (path, VERSION))
+    if check != _fnv1a(buf[48:96], _fnv1a(buf[:40])):
+        raise LimiterError("%s: region header is corrupt" % path)
+
+
+def region_paths(directory: Union[str, Path] = DEFAULT_DIR) -> List[Path]:
+    return sorted(Path(directory).glob("gpu-*.region"))
+
+
+def read_regions(
+    directory: Union[str, Path] = DEFAULT_DIR,
+) -> List[Tuple[Path, Optional[RegionSnapshot], Optional[str]]]:
+    """Every region of the node: (path, snapshot, None) or (path, None, error)."""
+    out: List[Tuple[Path, Optional[RegionSnapshot], Optional[str]]] = []
+    for path in region_paths(directory):
+        try:
+            out.append((path, read_region(path), None))
+        except LimiterError as exc:
+            out.append((path, None, str(exc)))
+    return out
+
+
+def gpu_shares(before: RegionSnapshot, after: RegionSnapshot) -> Dict[str, float]:
+    """Each tenant's share of the GPU (0..1) between two readings of one region, from the GPU
+    time the scheduler charged it (measured by CUDA events in its processes)."""
+    elapsed = after.taken_ns - before.taken_ns
+    if elapsed <= 0:
+        return {}
+    old = {t.name: t for t in before.tenants}
+    shares = {}
+    for t in after.tenants:
+        prev = old.get(t.name)
+        busy = max(t.busy_ns, t.charged_ns) - (max(prev.busy_ns, prev.charged_ns) if prev else 0)
+        used = t.charged_ns - (prev.charged_ns if prev else 0)
+        # charged_ns lags by up to a lease; fall back to measured time while nothing was charged
+        value = used if used > 0 else busy
+        shares[t.name] = max(0.0, min(1.0, value / elapsed))
+    return shares
