@@ -316,16 +316,7 @@ def _compile_dataclass(cls: Any) -> Decoder:
 
 # ---- deltas (core/delta.py) ------------------------------------------------------------------
 
-_FIELD_TYPES: Dict[type, Dict[str, Any]] = {}
-
-
-def _field_types(cls: type) -> Dict[str, Any]:
-    found = _FIELD_TYPES.get(cls)
-    if found is None:
-        module = __import__(cls.__module__, fromlist=["_"])
-        found = typing.get_type_hints(cls, vars(module))
-        _FIELD_TYPES[cls] = found
-    return found
+Applier = Callable[[Any, Any], Any]
 
 
 def from_delta(cls: Type[T], previous: T, delta: Any, path: str = "") -> T:
@@ -336,7 +327,7 @@ def from_delta(cls: Type[T], previous: T, delta: Any, path: str = "") -> T:
     DecodeError with the path of a part that does not fit.
     """
     try:
-        return typing.cast(T, _apply_delta(cls, previous, delta))
+        return typing.cast(T, _applier(cls)(previous, delta))
     except _Bad as exc:
         where = path or getattr(cls, "__name__", str(cls))
         for part in reversed(exc.parts):
@@ -344,79 +335,80 @@ def from_delta(cls: Type[T], previous: T, delta: Any, path: str = "") -> T:
         raise DecodeError("%s: %s" % (where, exc.message)) from None
 
 
-def _apply_delta(tp: Any, previous: Any, delta: Any) -> Any:
-    if type(delta) is not dict:
-        return _decoder(tp)(delta)
-    if len(delta) != 1:
-        raise _Bad("a delta object has exactly one of the keys $, ~, @")
-    ((kind, body),) = delta.items()
-    if kind == "$":
-        return _decoder(tp)(body)
-    if kind == "~":
-        cls = type(previous)
-        types = _object_field_types(tp, cls)
-        if types is None or type(body) is not dict:
-            raise _Bad("a ~ delta needs an object here")
-        changes = {}
-        name = ""
-        try:
-            for name, sub in body.items():
-                field_type = types.get(name)
-                if field_type is None:
-                    raise _Bad("unknown field %r" % (name,))
-                changes[name] = _apply_delta(field_type, getattr(previous, name), sub)
-        except _Bad as exc:
-            exc.parts.append(name)
-            raise
-        # Model dataclasses are frozen and have no __post_init__: a copy of the instance
-        # dictionary with the changed fields is the same object their __init__ would build.
-        new = object.__new__(cls)
-        new.__dict__.update(previous.__dict__)
-        new.__dict__.update(changes)
-        return new
-    if kind == "@":
-        item_type = _tuple_item_type(tp)
-        if type(previous) is not tuple or item_type is None or type(body) is not dict:
-            raise _Bad("an @ delta needs a list here")
-        items = list(previous)
-        index = -1
-        try:
-            for key, sub in body.items():
-                if type(key) is not str or not key.isdigit() or len(key) > 9 or int(key) >= len(items):
-                    raise _Bad("no item %r in a list of %d" % (key, len(items)))
-                index = int(key)
-                items[index] = _apply_delta(item_type, items[index], sub)
-        except _Bad as exc:
-            if index >= 0:
-                exc.parts.append(index)
-            raise
-        return tuple(items)
-    raise _Bad("unknown delta kind %r" % (kind,))
+_APPLIERS: Dict[Any, Applier] = {}
 
 
-_OBJECT_TYPES: Dict[Tuple[Any, type], Any] = {}
-
-
-def _object_field_types(tp: Any, cls: type) -> Any:
-    """The field types of `cls` if a value of declared type `tp` may be a `cls`, else None."""
-    key = (tp, cls)
-    if key not in _OBJECT_TYPES:
-        allowed = dataclasses.is_dataclass(cls) and (tp is cls or (_origin(tp) is Union and cls in _args(tp)))
-        _OBJECT_TYPES[key] = _field_types(cls) if allowed else None
-    return _OBJECT_TYPES[key]
-
-
-_ITEM_TYPES: Dict[Any, Any] = {}
-
-
-def _tuple_item_type(tp: Any) -> Any:
-    if tp in _ITEM_TYPES:
-        return _ITEM_TYPES[tp]
-    found = None
-    for candidate in _args(tp) if _origin(tp) is Union else (tp,):
-        args = _args(candidate)
-        if _origin(candidate) in (tuple, typing.Tuple) and len(args) == 2 and args[1] is Ellipsis:
-            found = args[0]
-            break
-    _ITEM_TYPES[tp] = found
+def _applier(tp: Any) -> Applier:
+    found = _APPLIERS.get(tp)
+    if found is None:
+        found = _compile_applier(tp)
+        _APPLIERS[tp] = found
     return found
+
+
+def _compile_applier(tp: Any) -> Applier:
+    """Like the decoders, compiled once per declared type: which object classes a `~` delta may
+    change here (with an applier per field), and the applier of list items for `@`."""
+    decode = _decoder(tp)
+    members = _args(tp) if _origin(tp) is Union else (tp,)
+    objects: Dict[type, Dict[str, Applier]] = {}
+    item: Any = None
+    for member in members:
+        if isinstance(member, type) and dataclasses.is_dataclass(member):
+            module = __import__(member.__module__, fromlist=["_"])
+            hints = typing.get_type_hints(member, vars(module))
+            objects[member] = {f.name: _applier(hints[f.name]) for f in dataclasses.fields(member)}
+        args = _args(member)
+        if _origin(member) in (tuple, typing.Tuple) and len(args) == 2 and args[1] is Ellipsis:
+            item = _applier(args[0])
+    item_applier: Any = item
+
+    def apply(previous: Any, delta: Any) -> Any:
+        if type(delta) is not dict:
+            return decode(delta)
+        if len(delta) != 1:
+            raise _Bad("a delta object has exactly one of the keys $, ~, @")
+        ((kind, body),) = delta.items()
+        if kind == "~":
+            cls = type(previous)
+            fields = objects.get(cls)
+            if fields is None or type(body) is not dict:
+                raise _Bad("a ~ delta needs an object here")
+            changes = {}
+            name = ""
+            try:
+                for name, sub in body.items():
+                    field = fields.get(name)
+                    if field is None:
+                        raise _Bad("unknown field %r" % (name,))
+                    changes[name] = field(getattr(previous, name), sub)
+            except _Bad as exc:
+                exc.parts.append(name)
+                raise
+            # Model dataclasses are frozen and have no __post_init__: a copy of the instance
+            # dictionary with the changed fields is the object their __init__ would build.
+            new = object.__new__(cls)
+            new.__dict__.update(previous.__dict__)
+            new.__dict__.update(changes)
+            return new
+        if kind == "$":
+            return decode(body)
+        if kind == "@":
+            if item_applier is None or type(previous) is not tuple or type(body) is not dict:
+                raise _Bad("an @ delta needs a list here")
+            items = list(previous)
+            index = -1
+            try:
+                for key, sub in body.items():
+                    if type(key) is not str or not key.isdigit() or len(key) > 9 or int(key) >= len(items):
+                        raise _Bad("no item %r in a list of %d" % (key, len(items)))
+                    index = int(key)
+                    items[index] = item_applier(items[index], sub)
+            except _Bad as exc:
+                if index >= 0:
+                    exc.parts.append(index)
+                raise
+            return tuple(items)
+        raise _Bad("unknown delta kind %r" % (kind,))
+
+    return apply

@@ -1,8 +1,11 @@
-"""Client of the node agent protocol over any pair of async byte streams.
+"""Client of the node agent protocol.
 
-One reader task dispatches every incoming line by request id, so requests and watch streams
-share one connection. A malformed line from the agent ends the session with an AgentError:
-the caller reconnects rather than trusting a confused peer.
+Bytes reach the client either pushed — `feed()` called straight from an SSH channel's
+`data_received`, so a sample goes from the socket to the collector without waking any task —
+or pulled from an async byte reader (a child process's pipe, a socket in tests). Either way one
+`LineSplitter` cuts lines and one dispatcher routes each message by request id, so requests and
+watch streams share one connection. A malformed line from the agent ends the session with an
+AgentError: the caller reconnects rather than trusting a confused peer.
 """
 
 from __future__ import annotations
@@ -10,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuops.core import protocol as proto
 from gpuops.core.codec import DecodeError, from_delta, from_json
 from gpuops.core.model import Node, NodeSample
-from gpuops.node.agent import ByteReader, ByteWriter, read_lines
+from gpuops.node.agent import READ_CHUNK, ByteReader, ByteWriter, LineSplitter
 
 
 class AgentError(Exception):
@@ -43,21 +46,153 @@ class Hello:
 _CLOSED = object()
 
 
+class _SampleStream:
+    """One watch stream: rebuilds samples from full events and deltas, in order."""
+
+    def __init__(self, name: str, deliver: Callable[[Any], None]) -> None:
+        self.name = name
+        self.deliver = deliver  # gets a NodeSample, an AgentError (one failed sample) or _CLOSED
+        self.previous: NodeSample | None = None
+        self.final: proto.Message | None = None
+
+    def on_message(self, message: proto.Message) -> None:
+        if message.event is None:
+            self.final = message
+            if not message.ok and message.error_code != proto.BACKEND_ERROR:
+                self.deliver(AgentError(message.error_code, message.error_message))
+                self.deliver(_CLOSED)
+            elif not message.ok:
+                self.deliver(AgentError(message.error_code, message.error_message))
+            else:
+                self.deliver(_CLOSED)
+            return
+        try:
+            if message.is_delta:
+                if self.previous is None:
+                    raise DecodeError("a delta before any full sample")
+                self.previous = from_delta(NodeSample, self.previous, message.delta)
+            else:
+                self.previous = from_json(NodeSample, message.result)
+        except DecodeError as exc:
+            raise AgentError(proto.INVALID_REQUEST, f"{self.name}: agent sent a bad sample: {exc}") from None
+        self.deliver(self.previous)
+
+
+class Subscription:
+    """A watch stream delivered by callback; `ended` completes (with the reason) when it stops."""
+
+    def __init__(self, client: AgentClient, request_id: proto.RequestId) -> None:
+        self._client = client
+        self.request_id = request_id
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def _end(self, error: AgentError | None) -> None:
+        if not self.ended.done():
+            if error is None:
+                self.ended.set_result(None)
+            else:
+                self.ended.set_exception(error)
+
+    async def cancel(self) -> None:
+        """Ask the agent to stop the stream (its final reply is dropped)."""
+        if not self.ended.done():
+            self._end(None)
+            self._client._streams.pop(self.request_id, None)
+            with contextlib.suppress(AgentError):
+                await self._client._send(next(self._client._ids), "cancel", {"id": self.request_id})
+
+
 class AgentClient:
-    def __init__(self, reader: ByteReader, writer: ByteWriter, name: str = "agent") -> None:
+    def __init__(self, reader: ByteReader | None, writer: ByteWriter, name: str = "agent") -> None:
+        """With a `reader`, `start()` pulls from it; with None, the owner pushes bytes to `feed()`."""
         self.name = name
         self._reader = reader
         self._writer = writer
         self._ids = itertools.count(1)
+        self._splitter = LineSplitter(proto.MAX_REPLY_BYTES)
         self._pending: dict[proto.RequestId, asyncio.Future[proto.Message]] = {}
-        self._streams: dict[proto.RequestId, asyncio.Queue[Any]] = {}
+        self._streams: dict[proto.RequestId, _SampleStream] = {}
         self._failure: AgentError | None = None
         self._task: asyncio.Task[None] | None = None
         self.hello: Hello | None = None
 
+    # ---- incoming --------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        """Take bytes from the agent (called from a channel's data_received or the read loop)."""
+        if self._failure is not None:
+            return
+        try:
+            for line in self._splitter.feed(data):
+                self._line(line)
+        except AgentError as exc:
+            self._fail(exc)
+
+    def feed_eof(self, error: BaseException | None = None) -> None:
+        """The agent's side is closed (or the connection broke with `error`)."""
+        try:
+            for line in self._splitter.close():
+                self._line(line)
+        except AgentError as exc:
+            self._fail(exc)
+        reason = f"connection lost ({error})" if error is not None else "the agent closed the connection"
+        self._fail(AgentError("closed", f"{self.name}: {reason}"))
+
+    def _line(self, line: bytes | object) -> None:
+        if not isinstance(line, bytes):
+            raise AgentError(proto.TOO_LARGE, f"{self.name}: agent sent a line over the size limit")
+        try:
+            message = proto.parse_message(line)
+        except proto.ProtocolError as exc:
+            raise AgentError(exc.code, f"{self.name}: {exc.message}") from None
+        self._dispatch(message)
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                chunk = await self._reader.read(READ_CHUNK)
+                if not chunk:
+                    break
+                self.feed(chunk)
+            self.feed_eof()
+        except (ConnectionError, OSError) as exc:
+            self.feed_eof(exc)
+
+    def _dispatch(self, message: proto.Message) -> None:
+        if message.id is None:
+            # An error not tied to a request (the agent could not parse something we sent).
+            if not message.ok:
+                self._fail(AgentError(message.error_code, f"{self.name}: {message.error_message}"))
+            return
+        stream = self._streams.get(message.id)
+        if stream is not None:
+            stream.on_message(message)
+            if message.event is None:
+                self._streams.pop(message.id, None)
+            return
+        future = self._pending.pop(message.id, None)
+        if future is not None and not future.done():
+            future.set_result(message)
+
+    def _fail(self, error: AgentError) -> None:
+        if self._failure is None:
+            self._failure = error
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._pending.clear()
+        streams, self._streams = list(self._streams.values()), {}
+        for stream in streams:
+            stream.deliver(error)
+            stream.deliver(_CLOSED)
+
+    # ---- outgoing --------------------------------------------------------------------------
+
     async def start(self) -> Hello:
-        """Start reading and greet the agent; raises AgentError if it cannot serve."""
-        self._task = asyncio.create_task(self._read_loop())
+        """Start reading (when pulling) and greet the agent; raises AgentError if it cannot serve."""
+        if self._reader is not None:
+            self._task = asyncio.create_task(self._read_loop())
         result = await self.request("hello", {"versions": list(proto.SUPPORTED_VERSIONS), "client": "gpuops"})
         try:
             hello = Hello(
@@ -73,46 +208,6 @@ class AgentClient:
             raise AgentError(proto.INVALID_REQUEST, f"{self.name}: malformed hello reply ({exc})") from None
         self.hello = hello
         return hello
-
-    async def _read_loop(self) -> None:
-        try:
-            async for line in read_lines(self._reader, proto.MAX_REPLY_BYTES):
-                if not isinstance(line, bytes):
-                    raise AgentError(proto.TOO_LARGE, f"{self.name}: agent sent a line over the size limit")
-                try:
-                    message = proto.parse_message(line)
-                except proto.ProtocolError as exc:
-                    raise AgentError(exc.code, f"{self.name}: {exc.message}") from None
-                self._dispatch(message)
-            self._fail(AgentError("closed", f"{self.name}: the agent closed the connection"))
-        except AgentError as exc:
-            self._fail(exc)
-        except (ConnectionError, OSError) as exc:
-            self._fail(AgentError("closed", f"{self.name}: connection lost ({exc})"))
-
-    def _dispatch(self, message: proto.Message) -> None:
-        if message.id is None:
-            # An error not tied to a request (the agent could not parse something we sent).
-            if not message.ok:
-                self._fail(AgentError(message.error_code, f"{self.name}: {message.error_message}"))
-            return
-        stream = self._streams.get(message.id)
-        if stream is not None:
-            stream.put_nowait(message)
-            return
-        future = self._pending.pop(message.id, None)
-        if future is not None and not future.done():
-            future.set_result(message)
-
-    def _fail(self, error: AgentError) -> None:
-        if self._failure is None:
-            self._failure = error
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(error)
-        self._pending.clear()
-        for stream in self._streams.values():
-            stream.put_nowait(_CLOSED)
 
     async def _send(self, request_id: proto.RequestId, op: str, args: dict[str, Any] | None) -> None:
         if self._failure is not None:
@@ -151,54 +246,66 @@ class AgentClient:
                 proto.INVALID_REQUEST, f"{self.name}: agent sent an invalid {cls.__name__}: {exc}"
             ) from None
 
+    def _watch_args(self, interval: float, count: int | None) -> dict[str, Any]:
+        args: dict[str, Any] = {"interval": interval}
+        # Deltas cut the bytes and the decoding to what changed; older agents send full samples.
+        if self.hello is not None and "delta" in self.hello.capabilities:
+            args["delta"] = True
+        if count is not None:
+            args["count"] = count
+        return args
+
+    async def subscribe(
+        self,
+        interval: float,
+        on_sample: Callable[[NodeSample], None],
+        on_error: Callable[[AgentError], None] | None = None,
+    ) -> Subscription:
+        """Samples every `interval` seconds, handed to `on_sample` as they arrive (no task per
+        sample). A failed sample goes to `on_error`; the stream's end completes `ended`."""
+        request_id = next(self._ids)
+        subscription = Subscription(self, request_id)
+
+        def deliver(item: Any) -> None:
+            if isinstance(item, NodeSample):
+                on_sample(item)
+            elif isinstance(item, AgentError):
+                if item.code == proto.BACKEND_ERROR and on_error is not None:
+                    on_error(item)
+                elif item.code != proto.BACKEND_ERROR:
+                    subscription._end(item)
+            elif item is _CLOSED:
+                subscription._end(self._failure)
+
+        self._streams[request_id] = _SampleStream(self.name, deliver)
+        await self._send(request_id, "watch", self._watch_args(interval, None))
+        return subscription
+
     async def watch(
         self, interval: float, count: int | None = None
     ) -> AsyncGenerator[NodeSample | AgentError, None]:
         """Samples every `interval` seconds; a failed sample is yielded as an AgentError."""
         request_id = next(self._ids)
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._streams[request_id] = queue
-        # Deltas cut the bytes and the decoding to what changed; older agents send full samples.
-        use_delta = self.hello is not None and "delta" in self.hello.capabilities
-        args: dict[str, Any] = {"interval": interval, "delta": True} if use_delta else {"interval": interval}
-        if count is not None:
-            args["count"] = count
+        stream = _SampleStream(self.name, queue.put_nowait)
+        self._streams[request_id] = stream
         finished = False
-        previous: NodeSample | None = None
         try:
-            await self._send(request_id, "watch", args)
+            await self._send(request_id, "watch", self._watch_args(interval, count))
             while True:
                 item = await queue.get()
                 if item is _CLOSED:
-                    assert self._failure is not None
-                    raise self._failure
-                message: proto.Message = item
-                if message.event is not None:
-                    if message.is_delta:
-                        if previous is None:
-                            raise AgentError(
-                                proto.INVALID_REQUEST, f"{self.name}: a delta before any full sample"
-                            )
-                        try:
-                            previous = from_delta(NodeSample, previous, message.delta)
-                        except DecodeError as exc:
-                            raise AgentError(
-                                proto.INVALID_REQUEST, f"{self.name}: agent sent a bad delta: {exc}"
-                            ) from None
-                    else:
-                        previous = self._decode(NodeSample, message.result)
-                    yield previous
-                elif not message.ok and message.error_code == proto.BACKEND_ERROR:
-                    yield AgentError(message.error_code, message.error_message)
-                elif not message.ok:
                     finished = True
-                    raise AgentError(message.error_code, message.error_message)
-                else:
+                    if stream.final is not None and stream.final.ok:
+                        return
+                    raise self._failure or AgentError("closed", f"{self.name}: the stream ended")
+                if isinstance(item, AgentError) and item.code != proto.BACKEND_ERROR:
                     finished = True
-                    return
+                    raise item
+                yield item
         finally:
             if not finished and self._failure is None:
-                # Stop the agent's stream; its final reply lands in the queue we drop.
+                # Stop the agent's stream; its final reply lands in a stream we drop.
                 with contextlib.suppress(AgentError):
                     await self._send(next(self._ids), "cancel", {"id": request_id})
             self._streams.pop(request_id, None)

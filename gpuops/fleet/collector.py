@@ -199,7 +199,7 @@ class Collector:
         conn = await connect(target.ssh, self._handshakes)
         got_data = False
         try:
-            client, process = await start_agent(conn, target.launch, target.name)
+            client, channel = await start_agent(conn, target.launch, target.name)
             try:
                 hello = client.hello
                 if hello is not None and hello.backend_error:
@@ -210,7 +210,7 @@ class Collector:
                 got_data = True
             finally:
                 await client.close()
-                process.close()
+                channel.close()
         finally:
             conn.close()
             with contextlib.suppress(Exception):
@@ -218,40 +218,33 @@ class Collector:
         return got_data
 
     async def _follow(self, record: _NodeRecord, client: AgentClient) -> None:
+        """Take samples as the agent pushes them, until the stream ends or falls silent."""
         last_message = time.monotonic()
-        stream = client.watch(self.interval)
+        name = record.target.name
 
-        async def watchdog() -> None:
+        def on_sample(sample: NodeSample) -> None:
+            nonlocal last_message
+            last_message = time.monotonic()
+            self.samples_received += 1
+            self._update(record, state=LIVE, reason="", sample=sample, last_seen=time.time())
+
+        def on_error(error: AgentError) -> None:
+            nonlocal last_message
+            last_message = time.monotonic()
+            self.events.append(FleetEvent(time.time(), name, "agent-error", error.message))
+
+        subscription = await client.subscribe(self.interval, on_sample, on_error)
+        try:
             while True:
-                await asyncio.sleep(min(self.interval, 1.0))
+                done, _ = await asyncio.wait({subscription.ended}, timeout=min(self.interval, 1.0))
+                if done:
+                    subscription.ended.result()  # re-raise why it ended
+                    return
                 silent = time.monotonic() - last_message
                 if silent > self.silence_limit:
                     raise SshError("silent", f"no data for {silent:.0f}s (node frozen or network cut?)")
-
-        async def consume() -> None:
-            nonlocal last_message
-            async for item in stream:
-                last_message = time.monotonic()
-                if isinstance(item, AgentError):
-                    self.events.append(
-                        FleetEvent(time.time(), record.target.name, "agent-error", item.message)
-                    )
-                    continue
-                self.samples_received += 1
-                self._update(record, state=LIVE, reason="", sample=item, last_seen=time.time())
-
-        consumer = asyncio.create_task(consume())
-        guard = asyncio.create_task(watchdog())
-        try:
-            done, _ = await asyncio.wait({consumer, guard}, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()  # re-raise why it ended
         finally:
-            for task in (consumer, guard):
-                task.cancel()
-            await asyncio.gather(consumer, guard, return_exceptions=True)
-            with contextlib.suppress(Exception):
-                await stream.aclose()
+            await subscription.cancel()
 
 
 def _allow_open_files(needed: int) -> None:

@@ -68,9 +68,51 @@ async def push_zipapp(conn: asyncssh.SSHClientConnection) -> str:
     return path
 
 
+class _AgentSession(asyncssh.SSHClientSession[bytes]):
+    """The SSH channel of one agent: its bytes go straight into the client (no task per read)."""
+
+    def __init__(self, client: AgentClient) -> None:
+        self.client = client
+        self.stderr = bytearray()
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        if datatype == asyncssh.EXTENDED_DATA_STDERR:
+            if len(self.stderr) < 4096:  # keep the start: it says why an agent failed
+                self.stderr += data[: 4096 - len(self.stderr)]
+        else:
+            self.client.feed(data)
+
+    def eof_received(self) -> bool:
+        self.client.feed_eof()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.feed_eof(exc)
+
+
+class _ChannelWriter:
+    """What AgentClient writes to: the channel, once it exists. Requests are small lines, so the
+    channel's own buffering is enough and drain() has nothing to wait for."""
+
+    def __init__(self) -> None:
+        self.channel: asyncssh.SSHClientChannel[bytes] | None = None
+
+    def write(self, data: bytes) -> None:
+        if self.channel is None:
+            raise ConnectionError("the agent channel is not open")
+        self.channel.write(data)
+
+    async def drain(self) -> None:
+        return None
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+
+
 async def start_agent(
     conn: asyncssh.SSHClientConnection, launch: AgentLaunch, name: str
-) -> tuple[AgentClient, asyncssh.SSHClientProcess[bytes]]:
+) -> tuple[AgentClient, asyncssh.SSHClientChannel[bytes]]:
     """Start the agent on the node and greet it; raises SshError or AgentError."""
     mode = launch.mode
     if mode == AUTO:
@@ -79,24 +121,27 @@ async def start_agent(
         argv = ["gpuops", *launch.agent_args()]
     else:
         argv = [launch.python, await push_zipapp(conn), *launch.agent_args()]
-    process = await conn.create_process(shlex.join(argv), encoding=None)
-    client = AgentClient(process.stdout, process.stdin, name=name)
+    writer = _ChannelWriter()
+    client = AgentClient(None, writer, name=name)
+    session = _AgentSession(client)
+    channel, _ = await conn.create_session(lambda: session, shlex.join(argv), encoding=None)
+    writer.channel = channel
     try:
-        await client.start()
-    except Exception:
-        process.close()
-        stderr = await _early_stderr(process)
-        if stderr:
-            raise SshError("agent", f"the agent did not start: {stderr}") from None
+        await asyncio.wait_for(client.start(), 30)
+    except (Exception, asyncio.CancelledError) as exc:
+        channel.close()
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        said = _last_line(bytes(session.stderr))
+        if said:
+            raise SshError("agent", f"the agent did not start: {said}") from None
+        if isinstance(exc, TimeoutError):
+            raise SshError("agent", "the agent did not answer within 30s") from None
         raise
-    return client, process
+    return client, channel
 
 
-async def _early_stderr(process: asyncssh.SSHClientProcess[bytes]) -> str:
-    """The last line a failed agent wrote to stderr (e.g. `python3: not found`), if any."""
-    try:
-        data = await asyncio.wait_for(process.stderr.read(4096), 2)
-    except (TimeoutError, asyncssh.Error, OSError):
-        return ""
+def _last_line(data: bytes) -> str:
+    """The last non-empty line a failed agent wrote to stderr (e.g. `python3: not found`)."""
     lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
     return lines[-1].strip()[:300] if lines else ""

@@ -14,7 +14,7 @@ import logging
 import platform
 import socket
 import sys
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Set, Tuple, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from gpuops import __version__
 from gpuops.core import protocol as proto
@@ -50,42 +50,58 @@ class _TooLarge:
         self.size = size
 
 
-async def read_lines(reader: ByteReader, limit: int) -> AsyncIterator[Union[bytes, _TooLarge]]:
-    """Split a byte stream into lines without ever holding more than `limit` bytes of one line.
+class LineSplitter:
+    """Splits pushed bytes into lines without ever holding more than `limit` bytes of one line.
 
     asyncio's readline either raises or silently keeps the tail of an oversized line, which would
-    then be parsed as a request of its own; here the whole line is skipped and reported once.
+    then be parsed as a message of its own; here the whole line is skipped and reported once.
     """
-    buf = bytearray()
-    dropped = -1  # >= 0 while skipping the rest of an oversized line: bytes seen so far
-    while True:
-        chunk = await reader.read(READ_CHUNK)
-        if not chunk:
-            if dropped >= 0:
-                yield _TooLarge(dropped)
-            elif buf.strip():
-                yield bytes(buf)
-            return
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._buf = bytearray()
+        self._dropped = -1  # >= 0 while skipping the rest of an oversized line: bytes seen so far
+
+    def feed(self, chunk: bytes) -> List[Union[bytes, _TooLarge]]:
+        out: List[Union[bytes, _TooLarge]] = []
         start = 0
         while True:
             newline = chunk.find(b"\n", start)
             end = len(chunk) if newline < 0 else newline
-            if dropped >= 0:
-                dropped += end - start
+            if self._dropped >= 0:
+                self._dropped += end - start
             else:
-                buf += chunk[start:end]
-                if len(buf) > limit:
-                    dropped = len(buf)
-                    buf.clear()
+                self._buf += chunk[start:end]
+                if len(self._buf) > self.limit:
+                    self._dropped = len(self._buf)
+                    self._buf.clear()
             if newline < 0:
-                break
-            if dropped >= 0:
-                yield _TooLarge(dropped)
-                dropped = -1
-            elif buf.strip():
-                yield bytes(buf)
-            buf.clear()
+                return out
+            if self._dropped >= 0:
+                out.append(_TooLarge(self._dropped))
+                self._dropped = -1
+            elif self._buf.strip():
+                out.append(bytes(self._buf))
+            self._buf.clear()
             start = newline + 1
+
+    def close(self) -> List[Union[bytes, _TooLarge]]:
+        """What is left at the end of the stream (a last line without a newline)."""
+        if self._dropped >= 0:
+            return [_TooLarge(self._dropped)]
+        return [bytes(self._buf)] if self._buf.strip() else []
+
+
+async def read_lines(reader: ByteReader, limit: int) -> AsyncIterator[Union[bytes, _TooLarge]]:
+    """The lines of a byte stream, as LineSplitter cuts them."""
+    splitter = LineSplitter(limit)
+    while True:
+        chunk = await reader.read(READ_CHUNK)
+        lines = splitter.feed(chunk) if chunk else splitter.close()
+        for line in lines:
+            yield line
+        if not chunk:
+            return
 
 
 class Agent:
