@@ -119,6 +119,7 @@ struct gl_dev {
     uint64_t local_seq;
     uint64_t launches;
     uint64_t wait_since;
+    _Atomic int sched_off;    /* compute gating given up (region lock stuck) */
 };
 
 struct gl_state {

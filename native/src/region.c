@@ -76,7 +76,8 @@ int gl_lock_region(struct rg_region *rg, int try_only) {
         return 0;
     }
     if (rc == 0) return 0;
-    if (rc != EBUSY) GL_LOG(LOG_ERROR, "region lock unusable (%s)", strerror(rc));
+    if (rc == ETIMEDOUT) GL_LOG(LOG_ERROR, "region lock not released within 500 ms (its owner is stuck)");
+    else if (rc != EBUSY) GL_LOG(LOG_ERROR, "region lock unusable (%s)", strerror(rc));
     return -1;
 }
 
@@ -343,6 +344,7 @@ int gl_region_attach(struct gl_dev *d) {
     GL_LOG(LOG_DEBUG, "registered in %s slot %d tenant %s", path, d->slot, G.tenant);
     return 0;
 fail:
+    GL_LOG(LOG_ERROR, "cannot register in region %s; limits apply to this process alone", path);
     munmap(rg, RG_TOTAL_SIZE);
     close(fd);
     d->rg = NULL;

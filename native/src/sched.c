@@ -30,9 +30,10 @@
 
 #define Q_NS 20000000ull            /* lease quantum */
 #define IDLE_NS 2000000ull          /* a holder that launched nothing for this long is idle */
+#define ONLINE_IDLE_NS 20000000ull  /* ... an online holder, for an offline tenant waiting */
 #define DRAIN_MAX_NS 30000000ull    /* handover happens after this even if a holder did not drain */
-#define INFLIGHT_MAX_NS 2000000ull  /* estimated GPU work a process may have queued */
-#define BATCH_NS 250000ull          /* estimated work between end events */
+#define INFLIGHT_MAX_NS 2000000ull  /* queued GPU work allowed while others wait, or under a cap */
+#define INFLIGHT_FREE_NS 20000000ull /* ... and while nobody else wants the GPU */
 #define BATCH_LAUNCHES 16
 #define BUCKET_NS 50000000ull       /* fixed-share burst allowance */
 #define MIN_TOKENS_NS 500000ull
@@ -193,13 +194,15 @@ static int online_waiting(struct rg_region *rg, uint64_t now) {
     return 0;
 }
 
-/* The holder launched nothing for IDLE_NS and has nothing queued (as far as we can tell). */
-static int holder_idle(struct rg_region *rg, unsigned holder, uint64_t now, uint64_t wait_start) {
-    if (!wait_start || now - wait_start < IDLE_NS) return 0;
+/* The holder launched nothing for a while and has nothing queued (as far as we can tell).  An
+ * online holder keeps the GPU through longer host-side pauses when the one asking is offline. */
+static int holder_idle(struct rg_region *rg, unsigned holder, uint64_t now, uint64_t wait_start, int asker_offline) {
     struct rg_tenant *t = &rg->t[holder];
+    uint64_t idle = (asker_offline && atomic_load(&t->klass) == CLASS_ONLINE) ? ONLINE_IDLE_NS : IDLE_NS;
+    if (!wait_start || now - wait_start < idle) return 0;
     FOR_MEMBERS(rg, t, i) {
         struct rg_slot *s = &rg->s[i];
-        if (now - atomic_load(&s->last_active_ns) < IDLE_NS) return 0;
+        if (now - atomic_load(&s->last_active_ns) < idle) return 0;
         if (atomic_load(&s->pending_until_ns) > now) return 0;
     }
     return 1;
@@ -244,7 +247,7 @@ static int transition(struct gl_dev *d, uint64_t wait_start) {
         struct rg_tenant *ht = &rg->t[holder];
         int mine = holder == (unsigned)d->tidx;
         int expired = now >= atomic_load(&h->lease_deadline_ns);
-        int idle = !mine && holder_idle(rg, holder, now, wait_start);
+        int idle = !mine && holder_idle(rg, holder, now, wait_start, atomic_load(&d->tn->klass) == CLASS_OFFLINE);
         int preempt = !mine && atomic_load(&ht->klass) == CLASS_OFFLINE && atomic_load(&d->tn->klass) == CLASS_ONLINE &&
                       online_waiting(rg, now);
         if (expired || idle || preempt) {
@@ -409,11 +412,19 @@ static void stop_waiting(struct gl_dev *d, uint64_t waited) {
 
 static void gate_slow(struct gl_dev *d) {
     struct rg_header *h = &d->rg->h;
-    uint64_t wait_start = 0;
+    uint64_t wait_start = 0, lock_fail_since = 0;
     for (;;) {
-        if (atomic_load(&d->state) != 1) break; /* region lost: no compute limit */
+        if (atomic_load(&d->state) != 1 || atomic_load(&d->sched_off)) break; /* no compute limit */
         uint32_t fseq = atomic_load(&h->lease_futex);
         uint64_t now = gl_now_ns();
+        if (lock_fail_since && now - lock_fail_since > 500000000ull) {
+            /* The lease cannot change hands: a process holds the region's lock and is stuck
+             * (stopped).  Never hang the program: stop gating its launches. */
+            GL_LOG(LOG_ERROR, "region lock of GPU %s held for over 500 ms by a stuck process; "
+                              "compute shares are not enforced in this process", d->uuid);
+            atomic_store(&d->sched_off, 1);
+            break;
+        }
         uint64_t L = atomic_load(&h->lease);
         unsigned st = LEASE_STATE(L), holder = LEASE_HOLDER(L);
         if (st == LEASE_HELD && holder == (unsigned)d->tidx) {
@@ -422,7 +433,9 @@ static void gate_slow(struct gl_dev *d) {
                 atomic_store(&d->me->last_active_ns, now);
                 break;
             }
-            if (transition(d, wait_start) < 0) futex_wait(&h->lease_futex, fseq, 200000);
+            int r = transition(d, wait_start);
+            lock_fail_since = r < 0 ? (lock_fail_since ? lock_fail_since : now) : 0;
+            if (r < 0) futex_wait(&h->lease_futex, fseq, 200000);
             continue;
         }
         if (st == LEASE_DRAINING && holder == (unsigned)d->tidx) drain_self(d, L);
@@ -432,6 +445,7 @@ static void gate_slow(struct gl_dev *d) {
         }
         atomic_store(&d->tn->last_want_ns, now);
         int r = transition(d, wait_start);
+        lock_fail_since = r < 0 ? (lock_fail_since ? lock_fail_since : now) : 0;
         if (r > 0) continue;
         futex_wait(&h->lease_futex, fseq, r < 0 ? 200000 : WAIT_POLL_NS);
     }
@@ -440,7 +454,7 @@ static void gate_slow(struct gl_dev *d) {
 
 static inline struct gl_meas_stream *launch_begin(struct gl_dev *d, CUstream s, int ptsz) {
     if (GL_UNLIKELY((++d->launches & 4095) == 0)) gl_maybe_reload();
-    if (atomic_load_explicit(&d->state, memory_order_acquire) != 1) return NULL;
+    if (atomic_load_explicit(&d->state, memory_order_acquire) != 1 || d->sched_off) return NULL;
     struct rg_header *h = &d->rg->h;
     uint64_t L = atomic_load_explicit(&h->lease, memory_order_acquire);
     int fast = 0;
@@ -460,6 +474,12 @@ static inline struct gl_meas_stream *launch_begin(struct gl_dev *d, CUstream s, 
     if (!fast) gate_slow(d);
     if (!mtry(d)) return NULL;
     struct gl_meas_stream *m = stream_state(d, s, ptsz);
+    if (m && m->open && m->since == 0 && m->n > 0 &&
+        R.cuEventQuery(m->ring[(m->head + m->n - 1) % 16]) == CUDA_SUCCESS) {
+        /* The stream ran dry before this launch: close the measured period here, so the idle
+         * time until now is not counted as GPU time. */
+        poll_stream(d, m);
+    }
     if (m && !m->open) {
         CUevent e = ev_get(d);
         if (e && ev_record(m, e) == CUDA_SUCCESS) {
@@ -480,14 +500,17 @@ static inline void launch_end(struct gl_dev *d, struct gl_meas_stream *m, int ok
     if (m->open) {
         m->since++;
         uint64_t since_est = (uint64_t)(m->since * d->avg_cost_ns);
-        if (m->since >= BATCH_LAUNCHES || since_est >= BATCH_NS || m->n == 0 || d->avg_cost_ns <= 0) {
+        struct rg_header *h = &d->rg->h;
+        uint64_t bound = (atomic_load_explicit(&h->nwaiting, memory_order_relaxed) || d->cfg.policy == POLICY_FIXED)
+                             ? INFLIGHT_MAX_NS
+                             : INFLIGHT_FREE_NS;
+        if (m->since >= BATCH_LAUNCHES || since_est >= bound / 8 || m->n == 0 || d->avg_cost_ns <= 0) {
             uint64_t now = gl_now_ns();
             record_end(d, m, now);
             /* Bound the queued work so the GPU can change hands quickly: by the estimate, by
              * the age of the oldest pending end event (estimates can be low), and to two
              * launches while nothing has been measured yet. */
-            if (m->n > 1 && (queued_est(d, m) > INFLIGHT_MAX_NS || d->avg_cost_ns <= 0 ||
-                             now - m->ring_ts[m->head] > INFLIGHT_MAX_NS)) {
+            if (m->n > 1 && (queued_est(d, m) > bound || d->avg_cost_ns <= 0 || now - m->ring_ts[m->head] > bound)) {
                 if (R.cuEventQuery(m->ring[m->head]) == CUDA_ERROR_NOT_READY) R.cuEventSynchronize(m->ring[m->head]);
             }
             poll_stream(d, m);

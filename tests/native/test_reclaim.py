@@ -127,3 +127,54 @@ def test_64_processes_start_at_once_without_serialising(lab: Lab) -> None:
     assert per_process <= 2 * one, (per_process, one)
     assert max(u.init_lock_wait_ns for u in many) == 0
     assert os.cpu_count()  # (wall times depend on the machine's cores; see bench/limiter_overhead)
+
+
+def _hold_region_lock(lab: Lab) -> subprocess.Popen[str]:
+    (region,) = limiter.region_paths(lab.dir)
+    holder = subprocess.Popen(
+        [str(lab.built.fake_dir / "lockholder"), str(region)], stdout=subprocess.PIPE, text=True
+    )
+    lab.procs.append(holder)  # type: ignore[arg-type]
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "locked 0"
+    return holder
+
+
+def test_region_lock_recovers_when_its_owner_is_killed(lab: Lab) -> None:
+    lab.table("tenant a memory=64MiB", "tenant b memory=64MiB")
+    lab.run("init", "alloc", "1m")  # tenant a and the region exist
+    holder = _hold_region_lock(lab)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    # a new tenant's entry needs the lock: its owner died, so it is recovered at once
+    started = time.monotonic()
+    out, _ = lab.run("init", "alloc", "40m", "alloc", "40m", tenant="b", GPUOPS_LOG_LEVEL="3")
+    assert time.monotonic() - started < 1.0
+    assert out["alloc"] == [["0"], ["2"]]
+    ((_, snap, _),) = limiter.read_regions(lab.dir)
+    assert snap is not None and snap.tenant("b") is not None  # registered in the shared region
+
+
+def test_a_stuck_lock_owner_delays_nobody_more_than_a_second(lab: Lab) -> None:
+    lab.table("tenant a memory=64MiB", "tenant b memory=64MiB")
+    lab.run("init", "alloc", "1m")  # tenant a and the region exist
+    holder = _hold_region_lock(lab)
+    holder.send_signal(signal.SIGSTOP)  # alive, holding the lock, never releasing it
+    try:
+        started = time.monotonic()
+        out, err = lab.run(
+            "init", "alloc", "40m", "alloc", "40m", "launch", "3", "1000", "kernel", tenant="b"
+        )
+        assert time.monotonic() - started < 1.5
+        # the program runs on, its cap enforced in the process itself
+        assert out["alloc"] == [["0"], ["2"]] and out["launch"] == [["0"]]
+        assert "limits apply to this process alone" in err
+        # programs of tenants already registered run on too
+        started = time.monotonic()
+        out, err = lab.run("init", "alloc", "40m", "alloc", "40m", "launch", "3", "1000", "kernel")
+        assert time.monotonic() - started < 1.5
+        assert out["alloc"] == [["0"], ["2"]] and out["launch"] == [["0"]]
+        assert "stuck" in err
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
