@@ -39,6 +39,12 @@ static inline uint64_t gl_now_ns(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+/* CLOCK_MONOTONIC_COARSE: a few ns, resolution of the kernel tick (1-4 ms) */
+static inline uint64_t gl_coarse_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 uint64_t gl_thread_cpu_ns(void);
 uint64_t gl_proc_starttime(int pid);
 uint64_t gl_pidns(void);

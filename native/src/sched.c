@@ -462,6 +462,13 @@ static inline struct gl_meas_stream *launch_begin(struct gl_dev *d, CUstream s, 
         if (atomic_load_explicit(&h->nwaiting, memory_order_relaxed) == 0 && d->cfg.policy != POLICY_FIXED) {
             note_seq(d, L);
             fast = 1;
+        } else if (atomic_load_explicit(&h->nwaiting, memory_order_relaxed) == 0) {
+            /* a cap alone on the GPU: the coarse clock (a few ns) is enough to end the lease;
+             * the GPU time is charged from measurements, not from the lease's length */
+            if (gl_coarse_ns() < atomic_load_explicit(&h->lease_deadline_ns, memory_order_relaxed)) {
+                note_seq(d, L);
+                fast = 1;
+            }
         } else {
             uint64_t now = gl_now_ns();
             if (now < atomic_load_explicit(&h->lease_deadline_ns, memory_order_relaxed)) {
@@ -472,15 +479,20 @@ static inline struct gl_meas_stream *launch_begin(struct gl_dev *d, CUstream s, 
         }
     }
     if (!fast) gate_slow(d);
+    /* Measurement state is per process; a launch that finds another thread measuring goes
+     * unmeasured (its GPU time is still inside the next measured interval of its stream). */
     if (!mtry(d)) return NULL;
     struct gl_meas_stream *m = stream_state(d, s, ptsz);
-    if (m && m->open && m->since == 0 && m->n > 0 &&
-        R.cuEventQuery(m->ring[(m->head + m->n - 1) % 16]) == CUDA_SUCCESS) {
+    if (!m) {
+        munlock(d);
+        return NULL;
+    }
+    if (m->open && m->since == 0 && m->n > 0 && R.cuEventQuery(m->ring[(m->head + m->n - 1) % 16]) == CUDA_SUCCESS) {
         /* The stream ran dry before this launch: close the measured period here, so the idle
          * time until now is not counted as GPU time. */
         poll_stream(d, m);
     }
-    if (m && !m->open) {
+    if (!m->open) {
         CUevent e = ev_get(d);
         if (e && ev_record(m, e) == CUDA_SUCCESS) {
             m->prev = e;
@@ -488,23 +500,24 @@ static inline struct gl_meas_stream *launch_begin(struct gl_dev *d, CUstream s, 
             m->since = 0;
         } else {
             ev_put(d, e);
-            m = NULL;
+            munlock(d);
+            return NULL;
         }
     }
-    munlock(d);
-    return m;
+    return m; /* still locked: launch_end releases */
 }
 
 static inline void launch_end(struct gl_dev *d, struct gl_meas_stream *m, int ok) {
-    if (!m || !ok || !mtry(d)) return;
-    if (m->open) {
+    if (!m) return;
+    if (ok && m->open) {
         m->since++;
         uint64_t since_est = (uint64_t)(m->since * d->avg_cost_ns);
         struct rg_header *h = &d->rg->h;
         uint64_t bound = (atomic_load_explicit(&h->nwaiting, memory_order_relaxed) || d->cfg.policy == POLICY_FIXED)
                              ? INFLIGHT_MAX_NS
                              : INFLIGHT_FREE_NS;
-        if (m->since >= BATCH_LAUNCHES || since_est >= bound / 8 || m->n == 0 || d->avg_cost_ns <= 0) {
+        if (m->since >= BATCH_LAUNCHES || since_est >= bound / 8 || (m->n == 0 && m->since >= 4) ||
+            d->avg_cost_ns <= 0) {
             uint64_t now = gl_now_ns();
             record_end(d, m, now);
             /* Bound the queued work so the GPU can change hands quickly: by the estimate, by
@@ -514,7 +527,7 @@ static inline void launch_end(struct gl_dev *d, struct gl_meas_stream *m, int ok
                 if (R.cuEventQuery(m->ring[m->head]) == CUDA_ERROR_NOT_READY) R.cuEventSynchronize(m->ring[m->head]);
             }
             poll_stream(d, m);
-        } else if ((d->launches & 3) == 0) {
+        } else if ((d->launches & 7) == 0) {
             poll_stream(d, m);
         }
     }
