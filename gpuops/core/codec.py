@@ -74,10 +74,15 @@ def from_json(cls: Type[T], data: Any, path: str = "") -> T:
     try:
         return typing.cast(T, _decoder(cls)(data))
     except _Bad as exc:
-        where = path or getattr(cls, "__name__", str(cls))
-        for part in reversed(exc.parts):
-            where += "[%d]" % part if isinstance(part, int) else "." + part
-        raise DecodeError("%s: %s" % (where, exc.message)) from None
+        raise _located(cls, path, exc) from None
+
+
+def _located(cls: Any, path: str, exc: _Bad) -> DecodeError:
+    """The error a user sees: the path of the bad field (`Node.gpus[2].sample.power_watts`)."""
+    where = path or getattr(cls, "__name__", str(cls))
+    for part in reversed(exc.parts):
+        where += "[%d]" % part if isinstance(part, int) else "." + part
+    return DecodeError("%s: %s" % (where, exc.message))
 
 
 _DECODERS: Dict[Any, Decoder] = {}
@@ -329,10 +334,7 @@ def from_delta(cls: Type[T], previous: T, delta: Any, path: str = "") -> T:
     try:
         return typing.cast(T, _applier(cls)(previous, delta))
     except _Bad as exc:
-        where = path or getattr(cls, "__name__", str(cls))
-        for part in reversed(exc.parts):
-            where += "[%d]" % part if isinstance(part, int) else "." + part
-        raise DecodeError("%s: %s" % (where, exc.message)) from None
+        raise _located(cls, path, exc) from None
 
 
 _APPLIERS: Dict[Any, Applier] = {}

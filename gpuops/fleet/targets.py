@@ -2,48 +2,47 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuops.fleet.collector import NodeTarget
 from gpuops.fleet.remote_agent import AgentLaunch
 from gpuops.fleet.ssh import SshTarget
-from gpuops.spec import Fleet
+from gpuops.spec import Fleet, SshSettings
+
+
+def _ssh_target(
+    host: str, port: int | None, user: str | None, key: str | None, ssh: SshSettings
+) -> SshTarget:
+    """One hop with the node's policies: known_hosts, host-key policy, timeouts, ssh config."""
+    return SshTarget(
+        host=host,
+        port=port,
+        user=user,
+        identity_files=(key,) if key else (),
+        known_hosts=ssh.known_hosts,
+        host_key_policy=ssh.host_key_policy,
+        connect_timeout=ssh.connect_timeout,
+        login_timeout=ssh.login_timeout,
+        keepalive_interval=ssh.keepalive_interval,
+        use_ssh_config=ssh.use_ssh_config,
+    )
 
 
 def node_targets(fleet: Fleet) -> list[NodeTarget]:
     targets = []
     for node in fleet.nodes:
         ssh = fleet.ssh_settings(node)
-        jump = None
+        target = _ssh_target(ssh.host, ssh.port, ssh.user, ssh.identity_file, ssh)
         if ssh.jump is not None:
-            jump = SshTarget(
-                host=ssh.jump.host,
-                port=ssh.jump.port,
-                user=ssh.jump.user,
-                # A jump host without a key of its own is offered the node's key, as OpenSSH does.
-                identity_files=tuple(k for k in (ssh.jump.identity_file or ssh.identity_file,) if k),
-                known_hosts=ssh.known_hosts,
-                host_key_policy=ssh.host_key_policy,
-                connect_timeout=ssh.connect_timeout,
-                login_timeout=ssh.login_timeout,
-                keepalive_interval=ssh.keepalive_interval,
-                use_ssh_config=ssh.use_ssh_config,
-            )
+            # A jump host without a key of its own is offered the node's, as OpenSSH does.
+            key = ssh.jump.identity_file or ssh.identity_file
+            jump = _ssh_target(ssh.jump.host, ssh.jump.port, ssh.jump.user, key, ssh)
+            target = dataclasses.replace(target, jump=jump)
         agent = fleet.agent_settings(node)
         targets.append(
             NodeTarget(
                 name=node.name,
-                ssh=SshTarget(
-                    host=ssh.host,
-                    port=ssh.port,
-                    user=ssh.user,
-                    identity_files=(ssh.identity_file,) if ssh.identity_file else (),
-                    known_hosts=ssh.known_hosts,
-                    host_key_policy=ssh.host_key_policy,
-                    connect_timeout=ssh.connect_timeout,
-                    login_timeout=ssh.login_timeout,
-                    keepalive_interval=ssh.keepalive_interval,
-                    use_ssh_config=ssh.use_ssh_config,
-                    jump=jump,
-                ),
+                ssh=target,
                 launch=AgentLaunch(agent.mode, agent.python, agent.backend, agent.sim_spec),
                 owner=fleet.node_owner(node),
                 labels=tuple(sorted((node.labels or {}).items())),
