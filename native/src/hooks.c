@@ -309,10 +309,16 @@ static void *next_after(void *caller, const char *name) {
             if (!strcmp(name, "dlsym")) return (void *)dlsym;
             continue;
         }
-        void *p = real_dlsym(o, name);
-        if (!p) continue;
+        if (!o->l_name || !o->l_name[0] || strstr(o->l_name, "linux-vdso")) continue;
+        /* a proper handle for that object (link_map pointers are not valid handles for objects
+         * the program did not dlopen) */
+        void *h = dlopen(o->l_name, RTLD_LAZY | RTLD_NOLOAD);
+        if (!h) continue;
+        void *p = real_dlsym(h, name);
         struct link_map *owner = NULL;
-        if (dladdr1(p, &info, (void **)&owner, RTLD_DL_LINKMAP) && owner == o) return p;
+        int mine = p && dladdr1(p, &info, (void **)&owner, RTLD_DL_LINKMAP) && owner == o;
+        dlclose(h);
+        if (mine) return p;
     }
     return NULL;
 }
