@@ -9,8 +9,11 @@ real one the same way.
 from __future__ import annotations
 
 import abc
+import os
+import signal
+import time
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from gpuops.core.model import ComputeInstance, GpuInstance, Node, NodeSample
 
@@ -97,3 +100,34 @@ class Backend(abc.ABC):
 
     def destroy_compute_instance(self, gpu: int, gpu_instance_id: int, compute_instance_id: int) -> None:
         raise BackendError("NOT_SUPPORTED", "this backend cannot destroy compute instances")
+
+    def stop_processes(self, gpu: int, pids: Sequence[int], grace: float = 10.0) -> List[int]:
+        """End processes in the way of a forced change: SIGTERM, then SIGKILL after `grace`
+        seconds. Returns the pids still alive (none, normally)."""
+        alive = list(pids)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in alive:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+                except PermissionError as exc:
+                    raise BackendError("NO_PERMISSION", "cannot signal pid %d: %s" % (pid, exc)) from None
+            deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 2.0)
+            while alive and time.monotonic() < deadline:
+                alive = [pid for pid in alive if _exists(pid)]
+                if alive:
+                    time.sleep(0.1)
+            if not alive:
+                break
+        return alive
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -389,6 +389,15 @@ class SimBackend(Backend):
             if w.start is not None and w.start >= t:
                 w.start = None
 
+    def stop_processes(self, gpu: int, pids: Sequence[int], grace: float = 10.0) -> List[int]:
+        """Simulated processes end at once with their workload (what `apply --force` does)."""
+        wanted = set(pids)
+        with self._lock:
+            names = [w.name for w in self._workloads if gpu in w.gpus and wanted & set(w.pids)]
+        for name in names:
+            self.stop_workload(name)
+        return []
+
     # ---- Backend: inventory and samples ----------------------------------------------------
     def capabilities(self) -> Tuple[str, ...]:
         return ("inventory", "sample", "mig-control", "gpu-reset", "workloads")
