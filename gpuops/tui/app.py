@@ -1,0 +1,271 @@
+"""The gpuops TUI application: four views (Textual modes) over one data feed, k9s keys.
+
+The feed runs as a worker on Textual's event loop and hands each new FleetState to the screen in
+front only; a screen brought back to the front draws the latest state once. Screens never
+collect, compute tenants or talk to nodes: they draw what `gpuops.fleet.views` computed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import ClassVar, cast
+
+from textual.actions import SkipAction
+from textual.app import App
+from textual.binding import BindingType
+from textual.screen import Screen
+
+from gpuops.fleet.views import FilterError, parse_filter
+from gpuops.tui.feed import Feed, FleetSource, FleetState
+from gpuops.tui.keys import GLOBAL_KEYS, bindings
+from gpuops.tui.screens.base import ViewScreen
+from gpuops.tui.screens.detail import DetailScreen
+from gpuops.tui.screens.events import EventsScreen
+from gpuops.tui.screens.fleet import FleetScreen
+from gpuops.tui.screens.help import HelpScreen
+from gpuops.tui.screens.nodes import NodesScreen
+from gpuops.tui.screens.tenants import TenantsScreen
+
+VIEW_ALIASES = {
+    "gpus": "gpus",
+    "gpu": "gpus",
+    "fleet": "gpus",
+    "grid": "gpus",
+    "nodes": "nodes",
+    "node": "nodes",
+    "no": "nodes",
+    "tenants": "tenants",
+    "tenant": "tenants",
+    "teams": "tenants",
+    "team": "tenants",
+    "events": "events",
+    "event": "events",
+    "ev": "events",
+}
+QUIT = {"q", "quit", "q!", "exit"}
+NOT_YET = {
+    "pool": "pools are not available yet: shared pools with guarantees come in a later version",
+    "pools": "pools are not available yet: shared pools with guarantees come in a later version",
+}
+
+
+def _complete(name: str) -> str:
+    """A command from a unique prefix ('ten' -> 'tenants'), as k9s accepts."""
+    known = set(VIEW_ALIASES) | QUIT | set(NOT_YET) | {"help"}
+    if name in known:
+        return name
+    matches = {VIEW_ALIASES.get(k, k) for k in known if k.startswith(name)}
+    return matches.pop() if len(matches) == 1 else name
+
+
+# Actions that change the fleet (apply a plan, move GPUs, kill a process). None exists yet; each
+# one added must be listed here: --readonly disables them, and they ask for confirmation.
+DESTRUCTIVE_ACTIONS: frozenset[str] = frozenset()
+
+
+class GpuopsApp(App[None]):
+    CSS = """
+    #bottom-bars { dock: bottom; height: auto; }
+    DataTable { height: 1fr; }
+    #tenants-table { height: 1fr; min-height: 6; }
+    #tenant-panel { height: auto; max-height: 12; border-top: solid $panel; padding: 0 1; }
+    #events-empty { height: auto; padding: 1 2; color: $text-muted; }
+    #detail { height: 1fr; }
+    #detail > DataTable { height: auto; max-height: 20; }
+    #node-header, #gpu-panel, #proc-title { height: auto; padding: 0 1; }
+    #gpu-panel { border-top: solid $panel; border-bottom: solid $panel; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = cast(list[BindingType], bindings(GLOBAL_KEYS))
+    MODES: ClassVar[dict[str, str | Callable[[], Screen[None]]]] = {
+        "gpus": FleetScreen,
+        "nodes": NodesScreen,
+        "tenants": TenantsScreen,
+        "events": EventsScreen,
+    }
+    ENABLE_COMMAND_PALETTE = False
+    TITLE = "gpuops"
+
+    def __init__(
+        self,
+        feed: Feed,
+        *,
+        readonly: bool = False,
+        start: str = "gpus",
+        destructive: frozenset[str] = DESTRUCTIVE_ACTIONS,
+    ) -> None:
+        super().__init__()
+        self.feed = feed
+        self.readonly = readonly
+        self.start_view = start
+        self.destructive = destructive
+        self.fleet_state: FleetState | None = None
+        self.history: list[str] = []
+        self.published = 0
+
+    @classmethod
+    def for_source(cls, source: FleetSource, **kwargs: object) -> GpuopsApp:
+        from gpuops.fleet.views import Ownership
+
+        ownership = kwargs.pop("ownership", None)
+        clock = kwargs.pop("clock", time.time)
+        period = kwargs.pop("period", None)
+        feed = Feed(source, ownership if isinstance(ownership, Ownership) else None, clock, period)  # type: ignore[arg-type]
+        return cls(feed, **kwargs)  # type: ignore[arg-type]
+
+    # ---- what screens read ------------------------------------------------------------------------
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.feed.clock
+
+    @property
+    def interval(self) -> float:
+        return self.feed.source.interval
+
+    @property
+    def source_label(self) -> str:
+        return self.feed.source.label
+
+    # ---- life --------------------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self.feed.source.start()
+        self.switch_mode(self.start_view)
+        self.run_worker(self.feed.run(self.publish), name="feed", group="feed", exclusive=True)
+        self.set_interval(1.0, self._tick)
+
+    async def on_unmount(self) -> None:
+        await self.feed.source.stop()
+
+    def publish(self, state: FleetState) -> None:
+        """A new state: only the view in front draws it."""
+        self.fleet_state = state
+        self.published += 1
+        view = self.front_view()
+        if view is not None:
+            view.show(state)
+
+    def front_view(self) -> ViewScreen | None:
+        """The view screen in front (under a help overlay, the one it covers)."""
+        for screen in reversed(self.screen_stack):
+            if isinstance(screen, ViewScreen):
+                return screen
+            if not isinstance(screen, HelpScreen):
+                return None
+        return None
+
+    def _tick(self) -> None:
+        view = self.front_view()
+        if view is not None:
+            view.draw_status()
+
+    # ---- navigation --------------------------------------------------------------------------------
+
+    def go(self, view: str, filter_text: str | None = None) -> None:
+        """Bring a view to the front (its detail screens closed), optionally with a filter."""
+        if self.current_mode != view:
+            self.history.append(self.current_mode)
+            del self.history[:-20]
+            self.switch_mode(view)
+        screen = self.screen
+        if isinstance(screen, ViewScreen) and filter_text is not None:
+            try:
+                screen.set_filter(parse_filter(filter_text))
+            except FilterError as exc:
+                screen.flash(f"filter {filter_text!r}: {exc}")
+
+    def open_detail(self, node: str, gpu: int | None) -> None:
+        detail = DetailScreen(node, gpu, self.current_mode)
+        self.push_screen(detail)
+
+    def run_command(self, text: str) -> str | None:
+        """Run a ':' command; returns an error message, or None when done."""
+        words = text.strip().lstrip(":").split(None, 1)
+        if not words:
+            return None
+        name, arg = _complete(words[0].lower()), (words[1] if len(words) > 1 else None)
+        if name in QUIT:
+            self.exit()
+            return None
+        if name in NOT_YET:
+            self._front_flash(NOT_YET[name])
+            return None
+        if name in ("help", "h", "?"):
+            self._close_prompt()
+            self.action_help()
+            return None
+        view = VIEW_ALIASES.get(name)
+        if view is None:
+            return f"unknown command {name!r}: try gpus, nodes, tenants, events, pool or q"
+        self._close_prompt()
+        while len(self.screen_stack) > 1 and not isinstance(self.screen, HelpScreen):
+            self.pop_screen()
+        self.go(view, arg)
+        return None
+
+    def _close_prompt(self) -> None:
+        view = self.front_view()
+        if view is not None and view.prompt.is_open:
+            view.close_prompt(cancel=False)
+
+    def _front_flash(self, message: str) -> None:
+        view = self.front_view()
+        if view is not None:
+            view.flash(message)
+
+    # ---- global keys -------------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        view = self.front_view()
+        if view is None or isinstance(self.screen, HelpScreen):
+            return
+        name = view.title_text
+        self.push_screen(HelpScreen(name, view.help_keys(), self.readonly))
+
+    # ':' and '/' are priority keys, so that what is typed right after them (a fast typist, a
+    # terminal delivering several keys at once) lands in the bar; inside the bar they are text.
+    def action_command(self) -> None:
+        self._open_prompt(":")
+
+    def action_filter(self) -> None:
+        self._open_prompt("/")
+
+    def _open_prompt(self, mode: str) -> None:
+        view = self.front_view()
+        if view is None or self.screen is not view or view.prompt.is_open:
+            raise SkipAction()
+        view.open_prompt(mode)
+
+    async def action_back(self) -> None:
+        """esc: leave the bar, else clear the filter, else close the detail, else the previous view."""
+        screen = self.screen
+        if isinstance(screen, HelpScreen):
+            screen.dismiss()
+            return
+        if isinstance(screen, ViewScreen):
+            if screen.prompt.is_open:
+                screen.close_prompt(cancel=True)
+                return
+            if screen.filter is not None:
+                screen.set_filter(None)
+                return
+        if len(self.screen_stack) > 1:
+            self.pop_screen()
+            return
+        if self.history:
+            self.switch_mode(self.history.pop())
+
+    async def action_quit(self) -> None:
+        self.exit()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (self.readonly and action in self.destructive)
+
+    def allowed(self, action: str) -> bool:
+        """Whether an action that changes the fleet may run; says why not in the status line."""
+        if self.readonly and action in self.destructive:
+            self._front_flash(f"read-only: {action.replace('_', ' ')} is disabled (started with --readonly)")
+            return False
+        return True

@@ -1,0 +1,277 @@
+"""The TUI's data layer: sources of fleet snapshots, and the feed that turns them into immutable
+`FleetState`s for the screens.
+
+A *source* collects in the background (asyncio tasks on the TUI's event loop) and answers
+`snapshot()` at any time without waiting:
+
+- `CollectorSource`: fleet.yaml's nodes over SSH (`gpuops.fleet.collector.Collector`);
+- `LocalSource`: this host's agent as a child process (`gpuops.fleet.local.local_agent`);
+- `gpuops.tui.simsource.SimSource`: simulated nodes in this process (tests, benchmarks).
+
+The `Feed` wakes when a source reports a change, at most once per period (the refresh interval),
+and at least once per period so that ages and stale states move on. Each time it builds one
+`FleetState`: the snapshot, the tenants now and over the session, the events and the status line's
+figures. Node rows for the grid and the tables are derived lazily, on first use by a visible
+screen. Screens only ever receive a finished, immutable state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Protocol
+
+from gpuops.fleet.agent_client import AgentClient, AgentError
+from gpuops.fleet.collector import (
+    CONNECTING,
+    LIVE,
+    MAX_EVENTS,
+    STALE,
+    UNREACHABLE,
+    Collector,
+    FleetEvent,
+    FleetSnapshot,
+    NodeView,
+)
+from gpuops.fleet.views import (
+    FleetStatus,
+    NodeRow,
+    Ownership,
+    RowCache,
+    TenantHistory,
+    TenantRow,
+    fleet_status,
+    tenant_rows,
+)
+
+MIN_PERIOD = 0.25  # the screens redraw at most 4 times a second, whatever the sampling interval
+
+
+class FleetSource(Protocol):
+    """Where snapshots come from. `start` and `stop` run on the TUI's event loop."""
+
+    @property
+    def label(self) -> str: ...  # what the title bar says the view is of
+
+    @property
+    def interval(self) -> float: ...
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def snapshot(self, now: float) -> FleetSnapshot: ...
+
+    def events(self) -> Sequence[FleetEvent]: ...
+
+    async def wait_changed(self, timeout: float | None = None) -> bool: ...
+
+
+class CollectorSource:
+    """fleet.yaml's nodes over SSH, one persistent session per node."""
+
+    def __init__(self, collector: Collector, label: str) -> None:
+        self.collector = collector
+        self._label = label
+
+    @property
+    def label(self) -> str:
+        return self._label
+
+    @property
+    def interval(self) -> float:
+        return self.collector.interval
+
+    def start(self) -> None:
+        self.collector.start()
+
+    async def stop(self) -> None:
+        await self.collector.stop()
+
+    def snapshot(self, now: float) -> FleetSnapshot:
+        return self.collector.snapshot(now)
+
+    def events(self) -> Sequence[FleetEvent]:
+        return tuple(self.collector.events)
+
+    async def wait_changed(self, timeout: float | None = None) -> bool:
+        return await self.collector.wait_changed(timeout)
+
+
+class LocalSource:
+    """This host's GPUs through a local agent (a child process speaking the protocol), with the
+    collector's node states: connecting, live, stale, unreachable with the reason and retries."""
+
+    def __init__(
+        self, interval: float = 1.0, backend: str = "nvml", sim_spec: str | None = None, name: str = ""
+    ) -> None:
+        self._interval = interval
+        self.backend = backend
+        self.sim_spec = sim_spec
+        self.name = name or socket.gethostname()
+        self.view = NodeView(self.name, "local", since=time.time())
+        self._events: deque[FleetEvent] = deque(maxlen=MAX_EVENTS)
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"this host ({self.name}, {self.backend})"
+
+    @property
+    def interval(self) -> float:
+        return self._interval
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="local agent")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    def snapshot(self, now: float) -> FleetSnapshot:
+        view = self.view
+        age = view.age(now)
+        if view.state == LIVE and age is not None and age > 2 * self._interval:
+            view = replace(view, state=STALE, reason=f"no sample for {age:.0f}s")
+        return FleetSnapshot(now, self._interval, (view,))
+
+    def events(self) -> Sequence[FleetEvent]:
+        return tuple(self._events)
+
+    async def wait_changed(self, timeout: float | None = None) -> bool:
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            return False
+        self._changed.clear()
+        return True
+
+    def _update(self, **changes: object) -> None:
+        old = self.view
+        new = replace(old, **changes)  # type: ignore[arg-type]
+        if new.state != old.state:
+            new = replace(new, since=time.time())
+            if new.state != CONNECTING:
+                self._events.append(FleetEvent(time.time(), self.name, new.state, new.reason or new.state))
+        self.view = new
+        self._changed.set()
+
+    async def _run(self) -> None:
+        from gpuops.fleet.local import local_agent
+
+        backoff = 1.0
+        while True:
+            try:
+                async with local_agent(self.backend, self.sim_spec) as client:
+                    await self._session(client)
+                reason = "the local agent ended"
+            except AgentError as exc:
+                reason = f"agent: {exc.message}"
+            except OSError as exc:
+                reason = f"cannot start the local agent: {exc}"
+            self._update(state=UNREACHABLE, reason=reason)
+            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
+            backoff = min(backoff * 2, 30.0)
+
+    async def _session(self, client: AgentClient) -> None:
+        hello = client.hello
+        if hello is not None and hello.backend_error:
+            raise AgentError("backend_unavailable", hello.backend_error)
+        inventory = await client.inventory()
+        self._update(hello=hello, inventory=inventory)
+        async for item in client.watch(self._interval):
+            if isinstance(item, AgentError):
+                self._events.append(FleetEvent(time.time(), self.name, "agent-error", item.message))
+                self._changed.set()
+                continue
+            self._update(state=LIVE, reason="", sample=item, last_seen=time.time())
+
+
+@dataclass(frozen=True)
+class FleetState:
+    """Everything the screens show at one moment. Immutable; node rows are derived on first use."""
+
+    version: int
+    time: float
+    snapshot: FleetSnapshot
+    ownership: Ownership
+    tenants: tuple[TenantRow, ...]
+    history: TenantHistory
+    events: tuple[FleetEvent, ...]
+    status: FleetStatus
+    source: str
+    _rows: Callable[[], tuple[NodeRow, ...]] = field(repr=False, compare=False, default=lambda: ())
+
+    @cached_property
+    def rows(self) -> tuple[NodeRow, ...]:
+        return self._rows()
+
+    def node(self, name: str) -> NodeView | None:
+        return next((v for v in self.snapshot.nodes if v.name == name), None)
+
+
+class Feed:
+    """Builds a FleetState from its source once per period (or when told) and hands it on."""
+
+    def __init__(
+        self,
+        source: FleetSource,
+        ownership: Ownership | None = None,
+        clock: Callable[[], float] = time.time,
+        period: float | None = None,
+    ) -> None:
+        self.source = source
+        self.ownership = ownership or Ownership()
+        self.clock = clock
+        self.period = max(MIN_PERIOD, source.interval if period is None else period)
+        self.history = TenantHistory()
+        self.version = 0
+        self.state: FleetState | None = None
+        self._cache = RowCache()
+        self.builds = 0
+
+    def build(self) -> FleetState:
+        now = self.clock()
+        snapshot = self.source.snapshot(now)
+        tenants = tenant_rows(snapshot, self.ownership)
+        self.history = self.history.record(now, tenants)
+        self.version += 1
+        self.builds += 1
+        cache, ownership = self._cache, self.ownership
+        state = FleetState(
+            version=self.version,
+            time=now,
+            snapshot=snapshot,
+            ownership=ownership,
+            tenants=tenants,
+            history=self.history,
+            events=tuple(self.source.events()),
+            status=fleet_status(snapshot, now),
+            source=self.source.label,
+            _rows=lambda: cache.rows(snapshot, ownership),
+        )
+        self.state = state
+        return state
+
+    async def run(self, publish: Callable[[FleetState], None]) -> None:
+        """Publish a state now, then after every change (at most once per period) and at least once
+        per period. Runs until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            publish(self.build())
+            await self.source.wait_changed(self.period)
+            delay = started + self.period - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)

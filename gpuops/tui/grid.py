@@ -1,0 +1,409 @@
+"""The fleet grid: a cell per GPU or MIG slice, nodes in rows, grouped by team or not at all.
+
+`layout_grid` (pure) places groups, nodes and cells on lines for a width; `FleetGrid` (a Line API
+scroll view) draws only the lines in view, so a 1000-GPU fleet costs the same to redraw as a
+10-GPU one. A cell is 6 columns: utilization (3) and memory (3), each on its own colour scale; a
+MIG slice shows its compute size ("3g") instead of utilization, which NVML does not report per MIG
+device. Nodes that fit side by side are packed into columns on wide terminals; a node that is not
+live gets a line of its own, with its state, age and reason after its (dimmed, last known) cells.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from gpuops.fleet.collector import CONNECTING, LIVE, STALE
+from gpuops.fleet.views import BY_NODE, EMPTY_MIG, FREE, LOST, SLICE, Cell, Group, NodeRow
+from gpuops.tui import render
+
+CELL = 6  # columns of one cell's text
+GAP = 1  # between cells
+PITCH = CELL + GAP
+BLOCK_GAP = 3  # between nodes packed side by side
+MAX_NAME = 24
+MAX_OWNER = 12
+
+CellKey = tuple[str, int, int | None, str]  # node, gpu, MIG instance, kind
+
+
+def cell_key(cell: Cell) -> CellKey:
+    return (cell.node, cell.gpu, cell.instance, cell.kind)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A run of one node's cells on one line, starting at column `x`."""
+
+    row: NodeRow
+    start: int  # first cell index
+    end: int  # one past the last
+    x: int
+    first: bool  # the node's first line (shows its label)
+    tail: bool  # show the node's state and reason after the cells
+
+
+@dataclass(frozen=True)
+class Line:
+    group: Group | None = None  # a group header line when set
+    blocks: tuple[Block, ...] = ()
+
+
+@dataclass(frozen=True)
+class Position:
+    line: int
+    x: int
+    row: NodeRow
+    cell: int  # index into row.cells; -1 for a node without cells
+
+
+@dataclass(frozen=True)
+class GridLayout:
+    width: int
+    name_width: int
+    owner_width: int
+    lines: tuple[Line, ...]
+    positions: tuple[Position, ...] = field(repr=False)
+
+    @property
+    def label_width(self) -> int:
+        return 2 + self.name_width + 1 + (self.owner_width + 1 if self.owner_width else 0)
+
+
+def layout_grid(groups: tuple[Group, ...], width: int, by: str) -> GridLayout:
+    rows = [r for g in groups for r in g.rows]
+    name_w = min(MAX_NAME, max((len(r.name) for r in rows), default=4))
+    owner_w = min(MAX_OWNER, max((len(r.owner or "-") for r in rows), default=1)) if by == BY_NODE else 0
+    label = 2 + name_w + 1 + (owner_w + 1 if owner_w else 0)
+    per_line = max(1, (width - label) // PITCH)
+    single = [len(r.cells) for r in rows if len(r.cells) <= per_line and r.state == LIVE]
+    column_w = label + max(single, default=1) * PITCH + BLOCK_GAP
+    columns = max(1, (width + BLOCK_GAP) // column_w)
+    lines: list[Line] = []
+    positions: list[Position] = []
+
+    def add(line: Line) -> None:
+        for block in line.blocks:
+            cx = block.x + label
+            if block.start == block.end:
+                positions.append(Position(len(lines), block.x, block.row, -1))
+            for i in range(block.start, block.end):
+                positions.append(Position(len(lines), cx, block.row, i))
+                cx += PITCH
+        lines.append(line)
+
+    for group in groups:
+        if group.team or by != BY_NODE:
+            add(Line(group=group))
+        packed: list[Block] = []
+        for row in group.rows:
+            n = len(row.cells)
+            packable = columns > 1 and row.state == LIVE and n <= per_line and label + n * PITCH <= column_w
+            if packable:
+                packed.append(Block(row, 0, n, len(packed) * column_w, True, False))
+                if len(packed) == columns:
+                    add(Line(blocks=tuple(packed)))
+                    packed = []
+                continue
+            if packed:
+                add(Line(blocks=tuple(packed)))
+                packed = []
+            if n == 0:
+                add(Line(blocks=(Block(row, 0, 0, 0, True, True),)))
+                continue
+            for start in range(0, n, per_line):
+                end = min(n, start + per_line)
+                add(Line(blocks=(Block(row, start, end, 0, start == 0, end == n),)))
+        if packed:
+            add(Line(blocks=tuple(packed)))
+    return GridLayout(width, name_w, owner_w, tuple(lines), tuple(positions))
+
+
+# ---- drawing -------------------------------------------------------------------------------------
+
+HEADER = Style(bgcolor="#1f2d3d", color="#e8e8e8", bold=True)
+HEADER_DIM = Style(bgcolor="#1f2d3d", color="#a8b8c8")
+HEADER_IDLE = Style(bgcolor="#1f2d3d", color="#ffd75f", bold=True)
+LABEL = Style(color="#d0d0d0")
+LABEL_CURSOR = Style(color="#ffffff", bold=True, underline=True)
+OWNER = Style(color="#87afd7")
+TAIL = {STALE: Style(color="yellow"), "unreachable": Style(color="red"), CONNECTING: Style(color="grey50")}
+CURSOR = Style(reverse=True, bold=True)
+DIM = Style(dim=True)
+BLANK = Style()
+GPU_EDGE = Style(color="#808080", bold=True)
+MIG_KINDS = (SLICE, FREE, EMPTY_MIG)
+
+
+def _header_segments(group: Group, by: str) -> list[Segment]:
+    t = group.totals
+    title = group.team if group.team else "all nodes"
+    parts: list[Segment] = [Segment(f"▌{title} ", HEADER)]
+    text = f" {t.nodes} node{'s' if t.nodes != 1 else ''} · {t.gpus} GPUs · {t.busy} busy · "
+    parts.append(Segment(text, HEADER_DIM))
+    parts.append(Segment(f"{t.idle} idle", HEADER_IDLE if t.idle else HEADER_DIM))
+    tail = f" · util {render.percent(t.util)} · mem {render.share(t.memory_used, t.memory_total)}"
+    if t.unknown:
+        tail += f" · {t.unknown} without data"
+    parts.append(Segment(tail + f" · {t.processes} process{'es' if t.processes != 1 else ''}", HEADER_DIM))
+    return parts
+
+
+def cell_segments(cell: Cell, live: bool, cursor: bool) -> list[Segment]:
+    """A cell's two 3-column halves: utilization (or MIG size) and memory."""
+    if cell.kind == LOST:
+        segs = [Segment(" LOST ", render.LOST_STYLE)]
+    elif cell.kind == FREE:
+        segs = [Segment(" free ", render.FREE_STYLE)]
+    elif cell.kind == EMPTY_MIG:
+        segs = [Segment(" MIG  ", render.FREE_STYLE)]
+    elif cell.kind == SLICE:
+        size = cell.profile.split(".", 1)[0][:3]
+        left = render.SLICE_BUSY if cell.busy else render.SLICE_IDLE
+        segs = [Segment(f"{size:>3}", left), Segment(render.pct3(cell.memory), render.mem_style(cell.memory))]
+    else:
+        segs = [
+            Segment(render.pct3(cell.util), render.util_style(cell.util)),
+            Segment(render.pct3(cell.memory), render.mem_style(cell.memory)),
+        ]
+    if not live:
+        segs = [Segment(s.text, (s.style or BLANK) + DIM) for s in segs]
+    if cursor:
+        segs = [Segment(s.text, (s.style or BLANK) + CURSOR) for s in segs]
+    return segs
+
+
+def _label_segments(layout: GridLayout, block: Block, cursor_here: bool) -> list[Segment]:
+    row = block.row
+    if not block.first:
+        return [Segment(" " * layout.label_width)]
+    glyph = render.STATE_GLYPH.get(row.state, "?")
+    name = row.name if len(row.name) <= layout.name_width else row.name[: layout.name_width - 1] + "…"
+    segs = [
+        Segment(glyph + " ", Style(color=render.STATE_COLOUR.get(row.state, ""))),
+        Segment(name.ljust(layout.name_width) + " ", LABEL_CURSOR if cursor_here else LABEL),
+    ]
+    if layout.owner_width:
+        owner = (row.owner or "-")[: layout.owner_width]
+        segs.append(Segment(owner.ljust(layout.owner_width) + " ", OWNER))
+    return segs
+
+
+def _tail_segments(row: NodeRow, now: float) -> list[Segment]:
+    if row.state == LIVE:
+        return []
+    text = f" {render.STATE_GLYPH.get(row.state, '?')} {row.state}"
+    age = row.age(now)
+    if age is not None:
+        text += f", data {render.age(age)} old"
+    elif row.state == CONNECTING:
+        text += "…"
+    if row.reason:
+        text += f" · {row.reason}"
+    return [Segment(text, TAIL.get(row.state, BLANK))]
+
+
+def draw_line(layout: GridLayout, y: int, by: str, now: float, cursor: Position | None) -> list[Segment]:
+    line = layout.lines[y]
+    if line.group is not None:
+        return _header_segments(line.group, by)
+    segs: list[Segment] = []
+    x = 0
+    for block in line.blocks:
+        if block.x > x:
+            segs.append(Segment(" " * (block.x - x)))
+            x = block.x
+        on_node = cursor is not None and cursor.row.name == block.row.name and cursor.line == y
+        label = _label_segments(layout, block, on_node or (cursor is not None and cursor.row is block.row))
+        segs.extend(label)
+        x += layout.label_width
+        live = block.row.state == LIVE
+        cells = block.row.cells
+        for i in range(block.start, block.end):
+            here = cursor is not None and cursor.row is block.row and cursor.cell == i
+            cell = cells[i]
+            segs.extend(cell_segments(cell, live, here))
+            nxt = cells[i + 1] if i + 1 < len(cells) else None
+            # A MIG GPU's slices sit together; a bar separates it from the next GPU.
+            mig_edge = (
+                nxt is not None and nxt.gpu != cell.gpu and (cell.kind in MIG_KINDS or nxt.kind in MIG_KINDS)
+            )
+            segs.append(Segment("│", GPU_EDGE) if mig_edge and i + 1 < block.end else Segment(" " * GAP))
+            x += PITCH
+        if block.tail:
+            segs.extend(_tail_segments(block.row, now))
+    return segs
+
+
+class FleetGrid(ScrollView, can_focus=True):
+    """Draws a layout of the fleet's cells; the cursor moves over cells (Enter opens the GPU)."""
+
+    DEFAULT_CSS = """
+    FleetGrid { height: 1fr; overflow-x: hidden; overflow-y: auto; }
+    """
+
+    BINDINGS = [
+        Binding("up,k", "move(0,-1)", "cell above", show=False),
+        Binding("down,j", "move(0,1)", "cell below", show=False),
+        Binding("left,h", "move(-1,0)", "previous cell", show=False),
+        Binding("right,l", "move(1,0)", "next cell", show=False),
+        Binding("pageup", "page(-1)", "page up", show=False),
+        Binding("pagedown", "page(1)", "page down", show=False),
+        Binding("home", "edge(-1)", "first cell", show=False),
+        Binding("end", "edge(1)", "last cell", show=False),
+        Binding("enter", "select", "open the GPU", show=False),
+    ]
+
+    class CursorMoved(Message):
+        def __init__(self, row: NodeRow | None, cell: Cell | None) -> None:
+            super().__init__()
+            self.row = row
+            self.cell = cell
+
+    class Opened(Message):
+        def __init__(self, row: NodeRow, cell: Cell | None) -> None:
+            super().__init__()
+            self.row = row
+            self.cell = cell
+
+    cursor_index: reactive[int] = reactive(0, always_update=True, repaint=False)
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.groups: tuple[Group, ...] = ()
+        self.by = "team"
+        self.now = 0.0
+        self.layout_: GridLayout = layout_grid((), 80, "team")
+        self._want: CellKey | None = None  # the cell the cursor should stay on across updates
+        self.draws = 0  # lines drawn (tests check that hidden screens draw nothing)
+
+    # ---- data ------------------------------------------------------------------------------------
+
+    def show(self, groups: tuple[Group, ...], by: str, now: float) -> None:
+        self.groups, self.by, self.now = groups, by, now
+        self._relayout()
+
+    def _relayout(self) -> None:
+        width = max(20, self.scrollable_content_region.width or self.size.width or 80)
+        self.layout_ = layout_grid(self.groups, width, self.by)
+        self.virtual_size = Size(width, len(self.layout_.lines))
+        positions = self.layout_.positions
+        index = 0
+        if self._want is not None and positions:
+            index = self._find(self._want)
+        self.set_reactive(FleetGrid.cursor_index, min(index, max(0, len(positions) - 1)))
+        self.refresh()
+        self._announce()
+
+    def _find(self, want: CellKey) -> int:
+        positions = self.layout_.positions
+        node_match = None
+        for i, p in enumerate(positions):
+            if p.row.name != want[0]:
+                continue
+            if p.cell >= 0 and cell_key(p.row.cells[p.cell]) == want:
+                return i
+            if node_match is None:
+                node_match = i
+        return node_match if node_match is not None else 0
+
+    @property
+    def cursor(self) -> Position | None:
+        positions = self.layout_.positions
+        if not positions:
+            return None
+        return positions[min(self.cursor_index, len(positions) - 1)]
+
+    @property
+    def cursor_cell(self) -> Cell | None:
+        p = self.cursor
+        return p.row.cells[p.cell] if p is not None and p.cell >= 0 else None
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._relayout()
+
+    # ---- drawing ---------------------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = y + scroll_y
+        width = self.scrollable_content_region.width
+        if index >= len(self.layout_.lines):
+            return Strip.blank(width)
+        self.draws += 1
+        segments = draw_line(self.layout_, index, self.by, self.now, self.cursor)
+        return Strip(segments).adjust_cell_length(width).crop(scroll_x, scroll_x + width)
+
+    # ---- cursor ----------------------------------------------------------------------------------
+
+    def watch_cursor_index(self, old: int, new: int) -> None:
+        positions = self.layout_.positions
+        if not positions:
+            return
+        for i in {old, new}:
+            if 0 <= i < len(positions):
+                self.refresh_line(positions[i].line)
+        p = positions[min(new, len(positions) - 1)]
+        if p.cell >= 0:
+            self._want = cell_key(p.row.cells[p.cell])
+        else:
+            self._want = (p.row.name, -1, None, "")
+        self.scroll_to_region(Region(0, p.line, 1, 1), animate=False, immediate=True)
+        self._announce()
+
+    def _announce(self) -> None:
+        p = self.cursor
+        self.post_message(self.CursorMoved(p.row if p else None, self.cursor_cell))
+
+    def _move_to(self, index: int) -> None:
+        positions = self.layout_.positions
+        if positions:
+            self.cursor_index = max(0, min(len(positions) - 1, index))
+
+    def action_move(self, dx: int, dy: int) -> None:
+        positions = self.layout_.positions
+        if not positions:
+            return
+        if dx:
+            self._move_to(self.cursor_index + dx)
+            return
+        here = positions[self.cursor_index]
+        target_line = here.line + dy
+        while 0 <= target_line < len(self.layout_.lines):
+            candidates = [i for i, p in enumerate(positions) if p.line == target_line]
+            if candidates:
+                best = min(candidates, key=lambda i: abs(positions[i].x - here.x))
+                self._move_to(best)
+                return
+            target_line += dy
+
+    def action_page(self, direction: int) -> None:
+        for _ in range(max(1, self.scrollable_content_region.height - 1)):
+            before = self.cursor_index
+            self.action_move(0, direction)
+            if self.cursor_index == before:
+                break
+
+    def action_edge(self, direction: int) -> None:
+        self._move_to(0 if direction < 0 else len(self.layout_.positions) - 1)
+
+    def action_select(self) -> None:
+        p = self.cursor
+        if p is not None:
+            self.post_message(self.Opened(p.row, self.cursor_cell))
+
+    def select_node(self, name: str) -> None:
+        """Put the cursor on a node's first cell (if shown)."""
+        for i, p in enumerate(self.layout_.positions):
+            if p.row.name == name:
+                self._move_to(i)
+                return

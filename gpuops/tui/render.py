@@ -1,0 +1,140 @@
+"""How figures look on screen: colours of the heat scales, short texts with units, sparklines.
+
+Presentation only (no fleet logic): every function maps a value to text or a style.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.style import Style
+from rich.text import Text
+
+from gpuops.cli import render as cli_render
+from gpuops.core.units import format_bytes, format_duration
+from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE
+
+NA = cli_render.NA
+
+# Utilization: grey when idle (under 5%: the waste to see), then greens, brighter when busier.
+UTIL_STEPS: tuple[tuple[float, str, str], ...] = (
+    (5.0, "#3a3a3a", "#9e9e9e"),
+    (25.0, "#2b4f26", "#e0e0e0"),
+    (50.0, "#3b7030", "#ffffff"),
+    (75.0, "#4f9a35", "#ffffff"),
+    (90.0, "#6cc04a", "#000000"),
+    (101.0, "#9be36f", "#000000"),
+)
+# Memory in use: greys to blues.
+MEM_STEPS: tuple[tuple[float, str, str], ...] = (
+    (5.0, "#3a3a3a", "#9e9e9e"),
+    (25.0, "#26345e", "#e0e0e0"),
+    (50.0, "#2f4a8f", "#ffffff"),
+    (75.0, "#3d62c0", "#ffffff"),
+    (90.0, "#5b82e6", "#000000"),
+    (101.0, "#93b0ff", "#000000"),
+)
+NO_DATA = Style(bgcolor="#262626", color="#6c6c6c")
+LOST_STYLE = Style(bgcolor="#a01010", color="#ffffff", bold=True)
+FREE_STYLE = Style(bgcolor="#1c1c1c", color="#808080", italic=True)
+SLICE_BUSY = Style(bgcolor="#4f9a35", color="#ffffff")
+SLICE_IDLE = Style(bgcolor="#3a3a3a", color="#b0b0b0")
+
+STATE_COLOUR = {LIVE: "green", STALE: "yellow", UNREACHABLE: "red", CONNECTING: "grey50"}
+STATE_GLYPH = {LIVE: "●", STALE: "◐", UNREACHABLE: "✖", CONNECTING: "○"}
+
+_util_cache: dict[int, Style] = {}
+_mem_cache: dict[int, Style] = {}
+
+
+def _step(value: float, steps: tuple[tuple[float, str, str], ...], cache: dict[int, Style]) -> Style:
+    key = int(value)
+    style = cache.get(key)
+    if style is None:
+        for limit, bg, fg in steps:
+            if value < limit:
+                style = Style(bgcolor=bg, color=fg)
+                break
+        else:
+            bg, fg = steps[-1][1], steps[-1][2]
+            style = Style(bgcolor=bg, color=fg)
+        cache[key] = style
+    return style
+
+
+def util_style(percent: float | None) -> Style:
+    return NO_DATA if percent is None else _step(percent, UTIL_STEPS, _util_cache)
+
+
+def mem_style(percent: float | None) -> Style:
+    return NO_DATA if percent is None else _step(percent, MEM_STEPS, _mem_cache)
+
+
+def pct3(value: float | None) -> str:
+    """A percentage in exactly 3 columns, for grid cells: ' 96', '100', '  -'."""
+    if value is None:
+        return "  -"
+    return f"{min(999, round(value)):3d}"
+
+
+def percent(value: float | None) -> str:
+    return NA if value is None else f"{value:.0f}%"
+
+
+def size(value: int | None) -> str:
+    return NA if value is None else format_bytes(value)
+
+
+def share(used: int, total: int) -> str:
+    """'85% of 640GiB'."""
+    return f"{100 * used / total:.0f}% of {format_bytes(total)}" if total else NA
+
+
+def gpus(value: float) -> str:
+    """GPU-equivalents: '8', '3.6', '0'."""
+    if abs(value - round(value)) < 0.05:
+        return str(round(value))
+    return f"{value:.1f}"
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    return format_duration(seconds)
+
+
+def state_text(state: str, age_seconds: float | None = None) -> Text:
+    colour = STATE_COLOUR.get(state, "")
+    text = Text(f"{STATE_GLYPH.get(state, '?')} {state}", style=colour)
+    if state in (STALE, UNREACHABLE) and age_seconds is not None:
+        text.append(f" {age(age_seconds)}", style=colour)
+    return text
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], width: int, top: float | None = None) -> str:
+    """The last `width` buckets of a series as block characters, scaled to `top` (default: max).
+    Longer series are averaged into `width` buckets; an empty series gives spaces."""
+    if width <= 0:
+        return ""
+    if not values:
+        return " " * width
+    n = len(values)
+    if n > width:
+        buckets = []
+        for i in range(width):
+            lo, hi = i * n // width, (i + 1) * n // width
+            chunk = values[lo:hi] or values[lo : lo + 1]
+            buckets.append(sum(chunk) / len(chunk))
+    else:
+        buckets = list(values)
+    peak = top if top is not None else max(buckets)
+    if peak <= 0:
+        line = SPARK[0] * len(buckets)
+    else:
+        line = "".join(
+            SPARK[min(len(SPARK) - 1, max(0, round(v / peak * (len(SPARK) - 1))))] for v in buckets
+        )
+    return line.rjust(width)

@@ -1,0 +1,307 @@
+"""A node and one of its GPUs: every sample with its unit, the MIG layout drawn over the memory
+slices with profile names, processes with user and tenant, and MPS / limiter settings (a place
+kept for them: the agent does not report them yet)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.console import Group as RichGroup
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from gpuops.cli import render as cli_render
+from gpuops.core.model import Gpu
+from gpuops.fleet.collector import LIVE, NodeView
+from gpuops.fleet.summary import short_model
+from gpuops.fleet.views import Ownership, SliceSpan, find_gpu, mig_active, mig_layout, process_rows
+from gpuops.tui import render
+from gpuops.tui.feed import FleetState
+from gpuops.tui.keys import TABLE_KEYS, Key
+from gpuops.tui.screens.base import ViewScreen, refill, screen_bindings
+
+GPU_COLUMNS = (
+    "GPU",
+    "Model",
+    "Owner",
+    "Util",
+    "Memory",
+    "Power",
+    "Temp",
+    "SM clock",
+    "Mem clock",
+    "MIG",
+    "Procs",
+)
+PROC_COLUMNS = ("GPU", "MIG", "PID", "User", "Tenant", "Memory", "Command")
+SLICE_WIDTH = 11
+
+
+def _gpus(view: NodeView) -> tuple[Gpu, ...]:
+    return view.sample.gpus if view.sample else (view.inventory.gpus if view.inventory else ())
+
+
+def node_header(view: NodeView, now: float) -> Text:
+    text = Text()
+    text.append(view.name, style="bold")
+    text.append("  ")
+    text.append_text(render.state_text(view.state, view.age(now)))
+    if view.state != LIVE and view.reason:
+        text.append(f" · {view.reason}", style=render.STATE_COLOUR.get(view.state, ""))
+    age = view.age(now)
+    text.append(f"\naddress {view.address} · owner {view.owner or 'none'} · last sample ")
+    text.append(f"{render.age(age)} ago" if age is not None else "never")
+    if view.hello is not None:
+        h = view.hello
+        text.append(
+            f"\nagent {h.agent_version} (protocol {h.protocol}) · python {h.python} · backend {h.backend}"
+        )
+        text.append(f" · host {h.hostname}")
+    if view.inventory is not None:
+        inv = view.inventory
+        if inv.driver_version:
+            text.append(f" · driver {inv.driver_version}")
+        if inv.cuda_driver_version:
+            text.append(f" · CUDA {inv.cuda_driver_version}")
+    return text
+
+
+def slice_bar(count: int, spans: tuple[SliceSpan, ...]) -> Text:
+    """The GPU's memory slices as boxes, one per GPU instance (free slices dotted)."""
+    ruler = Text("slice ", style="dim")
+    for s in range(count):
+        ruler.append(f"{s:<{SLICE_WIDTH}}", style="dim")
+    rows = [Text("      "), Text("      "), Text("      ")]
+    for span in spans:
+        width = span.size * SLICE_WIDTH - 1
+        if span.instance is None:
+            style = render.FREE_STYLE
+            lines = ("free", "not carved", "")
+        else:
+            style = render.SLICE_BUSY if span.processes else render.SLICE_IDLE
+            mem = f"mem {render.percent(span.memory)}" if span.memory is not None else "mem n/a"
+            lines = (
+                span.profile,
+                f"GI {span.instance} · {mem}",
+                ", ".join(span.tenants) if span.tenants else ("idle" if not span.processes else ""),
+            )
+        for row, line in zip(rows, lines, strict=True):
+            row.append(f" {line}"[:width].ljust(width), style=style)
+            row.append(" ")
+    out = Text()
+    out.append_text(ruler)
+    for row in rows:
+        out.append("\n")
+        out.append_text(row)
+    return out
+
+
+def gpu_panel(view: NodeView, gpu: Gpu | None, ownership: Ownership) -> RichGroup:
+    if gpu is None:
+        return RichGroup(Text("No GPU selected (no data from this node yet).", style="dim"))
+    parts: list[object] = []
+    title = Text()
+    title.append(f"GPU {gpu.info.index} · {gpu.info.name}", style="bold")
+    title.append(f" · {gpu.info.uuid} · PCI {gpu.info.pci_bus_id}", style="dim")
+    parts.append(title)
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="dim", no_wrap=True)
+    facts.add_column()
+    s = gpu.sample
+    owner = ownership.owner(view, gpu)
+    facts.add_row("owner", owner or "none")
+    if s is not None:
+        facts.add_row(
+            "utilization",
+            f"GPU {cli_render.percent(s.utilization_gpu_percent)} · memory bus "
+            f"{cli_render.percent(s.utilization_memory_percent)}",
+        )
+        facts.add_row("memory", cli_render.memory_usage(s.memory_used_bytes, s.memory_total_bytes))
+        facts.add_row(
+            "power",
+            f"{cli_render.watts(s.power_watts)} of {cli_render.watts(gpu.info.power_limit_watts)} limit",
+        )
+        facts.add_row("temperature", cli_render.celsius(s.temperature_celsius))
+        facts.add_row(
+            "clocks", f"SM {cli_render.mhz(s.sm_clock_mhz)} · memory {cli_render.mhz(s.memory_clock_mhz)}"
+        )
+    facts.add_row("SMs", cli_render.metric(gpu.info.multiprocessor_count, str))
+    if gpu.processes_error:
+        facts.add_row("processes", Text(f"n/a ({gpu.processes_error})", style="yellow"))
+    parts.append(facts)
+    mig = gpu.mig
+    if mig is None:
+        parts.append(Text("MIG: not supported by this GPU", style="dim"))
+    else:
+        mode = "on" if mig.current else "off"
+        pending = (
+            f" (pending {'on' if mig.pending else 'off'} until reset)" if mig.pending != mig.current else ""
+        )
+        parts.append(Text(f"MIG: {mode}{pending} · model {gpu.info.mig_model or '?'}", style="bold"))
+        if mig_active(gpu):
+            count, spans = mig_layout(gpu, ownership, view)
+            parts.append(slice_bar(count, spans))
+            for span in spans:
+                if span.instance is not None:
+                    cis = ", ".join(span.compute) or "no compute instance"
+                    last = span.start + span.size - 1
+                    parts.append(
+                        Text(
+                            f"  GI {span.instance} {span.profile}: slices {span.start}-{last}"
+                            f" · compute instances: {cis} · {span.processes} process(es)",
+                            style="dim",
+                        )
+                    )
+    limited = sum(1 for p in gpu.processes if p.tenant_source == "limiter")
+    parts.append(
+        Text("MPS: not reported by the agent yet (daemon, thread % and pinned memory go here)", style="dim")
+    )
+    parts.append(
+        Text(
+            f"Limiter: {limited} process(es) attributed by the limiter; limits and usage not reported yet",
+            style="dim",
+        )
+    )
+    return RichGroup(*parts)  # type: ignore[arg-type]
+
+
+class DetailScreen(ViewScreen):
+    """Pushed over a view by Enter; esc goes back."""
+
+    TITLE = "node"
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        *TABLE_KEYS,
+        Key("enter", "Enter", "show the GPU under the cursor: samples, MIG layout, processes"),
+        Key("tab", "Tab", "switch between the GPU table and the process table", "switch_table"),
+        Key("a", "a", "processes of all GPUs of the node, or of the selected GPU only", "all_processes"),
+    )
+    SORTS: ClassVar[dict[str, tuple[str, str]]] = {}
+    FILTER_HINT = "matches processes: user, tenant, command, pid; !re hides matches"
+    BINDINGS = screen_bindings(KEYS, SORTS)
+
+    def __init__(self, node: str, gpu: int | None, view: str) -> None:
+        super().__init__()
+        self.node = node
+        self.gpu_index = gpu
+        self.all_processes = False
+        self.view_name = view
+
+    @property
+    def title_text(self) -> str:
+        gpu = f" / GPU {self.gpu_index}" if self.gpu_index is not None else ""
+        return f"node {self.node}{gpu}"
+
+    def compose_body(self) -> ComposeResult:
+        with VerticalScroll(id="detail"):
+            yield Static(id="node-header")
+            gpus: DataTable[object] = DataTable(id="gpu-table", cursor_type="row")
+            for column in GPU_COLUMNS:
+                gpus.add_column(column, key=column.lower())
+            yield gpus
+            yield Static(id="gpu-panel")
+            yield Static(id="proc-title")
+            procs: DataTable[object] = DataTable(id="proc-table", cursor_type="row")
+            for column in PROC_COLUMNS:
+                procs.add_column(column, key=column.lower())
+            yield procs
+
+    def main_widget(self) -> Widget | None:
+        return self.query_one("#gpu-table", DataTable)
+
+    def draw(self, state: FleetState) -> None:
+        view = state.node(self.node)
+        header = self.query_one("#node-header", Static)
+        if view is None:
+            header.update(Text(f"{self.node}: not in the fleet any more", style="red"))
+            return
+        header.update(node_header(view, state.time))
+        gpus = _gpus(view)
+        if self.gpu_index is None and gpus:
+            self.gpu_index = gpus[0].info.index
+        rows: list[tuple[str, tuple[object, ...]]] = []
+        for gpu in gpus:
+            rows.append((str(gpu.info.index), self._gpu_cells(view, gpu, state.ownership)))
+        table = self.query_one("#gpu-table", DataTable)
+        refill(table, rows)
+        if self.gpu_index is not None and table.row_count:
+            keys = [k for k, _ in rows]
+            if str(self.gpu_index) in keys and table.cursor_row != keys.index(str(self.gpu_index)):
+                table.move_cursor(row=keys.index(str(self.gpu_index)), animate=False)
+        selected = find_gpu(view, self.gpu_index) if self.gpu_index is not None else None
+        self.query_one("#gpu-panel", Static).update(gpu_panel(view, selected, state.ownership))
+        self._processes(state, view)
+        self.draw_bars()
+
+    @staticmethod
+    def _gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> tuple[object, ...]:
+        s = gpu.sample
+        mig = "-"
+        if gpu.mig is not None:
+            mig = f"on ({len(gpu.mig.gpu_instances)} GI)" if gpu.mig.current else "off"
+        return (
+            Text(str(gpu.info.index), justify="right"),
+            short_model(gpu.info.name),
+            ownership.owner(view, gpu) or "-",
+            Text(cli_render.percent(s.utilization_gpu_percent) if s else "-", justify="right"),
+            cli_render.memory_usage(s.memory_used_bytes, s.memory_total_bytes) if s else "-",
+            Text(cli_render.watts(s.power_watts) if s else "-", justify="right"),
+            Text(cli_render.celsius(s.temperature_celsius) if s else "-", justify="right"),
+            Text(cli_render.mhz(s.sm_clock_mhz) if s else "-", justify="right"),
+            Text(cli_render.mhz(s.memory_clock_mhz) if s else "-", justify="right"),
+            mig,
+            Text(str(len(gpu.processes)) if not gpu.processes_error else "n/a", justify="right"),
+        )
+
+    def _processes(self, state: FleetState, view: NodeView) -> None:
+        only = None if self.all_processes else self.gpu_index
+        procs = process_rows(view, state.ownership, only)
+        if self.filter is not None:
+            flt = self.filter
+            procs = tuple(
+                p for p in procs if flt.matches(f"{p.pid} {p.user} {p.tenant} {p.command} gpu{p.gpu}")
+            )
+        where = "all GPUs" if only is None else f"GPU {only}"
+        toggle = "selected GPU" if only is None else "all GPUs"
+        title = Text(f"Processes on {where} ({len(procs)})", style="bold")
+        title.append(f"   a: {toggle}", style="dim")
+        self.query_one("#proc-title", Static).update(title)
+        rows: list[tuple[str, tuple[object, ...]]] = []
+        for p in procs:
+            mig = "-" if p.instance is None else f"GI {p.instance} / CI {p.compute_instance}"
+            rows.append(
+                (
+                    f"{p.gpu}/{p.pid}",
+                    (
+                        Text(str(p.gpu), justify="right"),
+                        mig,
+                        Text(str(p.pid), justify="right"),
+                        p.user or "?",
+                        Text(f"{p.tenant} ({p.tenant_source})"),
+                        Text(render.size(p.memory), justify="right"),
+                        p.command,
+                    ),
+                )
+            )
+        refill(self.query_one("#proc-table", DataTable), rows)
+
+    @on(DataTable.RowHighlighted, "#gpu-table")
+    def _gpu_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        key = event.row_key.value
+        if key is not None and int(key) != self.gpu_index:
+            self.gpu_index = int(key)
+            if self.state is not None:
+                self.show(self.state)
+
+    def action_switch_table(self) -> None:
+        gpus = self.query_one("#gpu-table", DataTable)
+        procs = self.query_one("#proc-table", DataTable)
+        (procs if gpus.has_focus else gpus).focus()
+
+    def action_all_processes(self) -> None:
+        self.all_processes = not self.all_processes
+        self.redraw()

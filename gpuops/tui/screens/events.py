@@ -1,0 +1,83 @@
+"""`:events`: what happened to the fleet — nodes going stale or unreachable and coming back, agent
+errors — newest first. (XID errors and applied changes will land here as their sources do.)"""
+
+from __future__ import annotations
+
+import time
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE
+from gpuops.fleet.views import event_rows
+from gpuops.tui import render
+from gpuops.tui.feed import FleetState
+from gpuops.tui.keys import TABLE_KEYS, Key
+from gpuops.tui.screens.base import ViewScreen, refill, screen_bindings
+
+KIND_STYLE = {LIVE: "green", STALE: "yellow", UNREACHABLE: "bold red", "agent-error": "#ff875f"}
+KIND_TEXT = {LIVE: "back live", STALE: "stale", UNREACHABLE: "unreachable", "agent-error": "agent error"}
+
+
+class EventsScreen(ViewScreen):
+    VIEW = "events"
+    TITLE = "events"
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        *TABLE_KEYS,
+        Key("enter", "Enter", "open the node of the event"),
+    )
+    SORTS: ClassVar[dict[str, tuple[str, str]]] = {
+        "T": ("time", "time (newest first)"),
+        "N": ("node", "node"),
+        "K": ("kind", "kind"),
+    }
+    DEFAULT_SORT = "time"
+    FILTER_HINT = "matches node, kind and message; !re hides matches"
+    BINDINGS = screen_bindings(KEYS, SORTS)
+
+    def compose_body(self) -> ComposeResult:
+        table: DataTable[object] = DataTable(id="events-table", cursor_type="row", zebra_stripes=True)
+        for column in ("Time", "Ago", "Node", "Kind", "Message"):
+            table.add_column(column, key=column.lower())
+        yield table
+        yield Static(
+            "No events yet. Nodes going stale or unreachable and back, and agent errors, appear here.",
+            id="events-empty",
+        )
+
+    def main_widget(self) -> Widget | None:
+        return self.query_one(DataTable)
+
+    def draw(self, state: FleetState) -> None:
+        events = event_rows(state.events, self.filter, self.sort, self.reverse)
+        out: list[tuple[str, tuple[object, ...]]] = []
+        for i, e in enumerate(events):
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.time))
+            out.append(
+                (
+                    f"{e.time:.6f}/{e.node}/{e.kind}/{i}",
+                    (
+                        stamp,
+                        Text(render.age(max(0.0, state.time - e.time)), justify="right"),
+                        Text(e.node, style="bold"),
+                        Text(KIND_TEXT.get(e.kind, e.kind), style=KIND_STYLE.get(e.kind, "")),
+                        e.message,
+                    ),
+                )
+            )
+        refill(self.query_one(DataTable), out)
+        empty = self.query_one("#events-empty", Static)
+        empty.display = not out
+        if not out and state.events:
+            empty.update("No event matches the filter (esc clears it).")
+
+    @on(DataTable.RowSelected)
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value
+        if key is not None:
+            node = str(key).split("/", 2)[1]
+            self.gapp.open_detail(node, None)

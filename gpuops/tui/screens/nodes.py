@@ -1,0 +1,87 @@
+"""`:nodes`: one row per node with its state, the age of its data, owner, GPUs and load."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.widget import Widget
+from textual.widgets import DataTable
+
+from gpuops.fleet.collector import LIVE
+from gpuops.fleet.views import filter_rows, sort_rows
+from gpuops.tui import render
+from gpuops.tui.feed import FleetState
+from gpuops.tui.keys import TABLE_KEYS, Key
+from gpuops.tui.screens.base import ViewScreen, refill, screen_bindings
+
+COLUMNS = ("Node", "State", "Age", "Owner", "GPUs", "Busy", "Idle", "Util", "Memory", "Procs", "Reason")
+
+
+class NodesScreen(ViewScreen):
+    VIEW = "nodes"
+    TITLE = "nodes"
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        *TABLE_KEYS,
+        Key("enter", "Enter", "open the node: GPUs, samples with units, processes, MIG layout"),
+    )
+    SORTS: ClassVar[dict[str, tuple[str, str]]] = {
+        "N": ("name", "node name"),
+        "S": ("state", "state (unreachable and stale first)"),
+        "A": ("age", "age of the data (oldest first)"),
+        "O": ("owner", "owner"),
+        "G": ("gpus", "number of GPUs"),
+        "I": ("idle", "idle GPUs (most first)"),
+        "U": ("util", "mean utilization"),
+        "M": ("memory", "memory in use"),
+        "P": ("processes", "number of processes"),
+    }
+    DEFAULT_SORT = "name"
+    FILTER_HINT = "matches node, owner, model, state, tenants and users; !re hides matches"
+    BINDINGS = screen_bindings(KEYS, SORTS)
+
+    def compose_body(self) -> ComposeResult:
+        table: DataTable[object] = DataTable(id="nodes-table", cursor_type="row", zebra_stripes=True)
+        for column in COLUMNS:
+            table.add_column(column, key=column.lower())
+        yield table
+
+    def main_widget(self) -> Widget | None:
+        return self.query_one(DataTable)
+
+    def draw(self, state: FleetState) -> None:
+        now = state.time
+        rows = sort_rows(filter_rows(state.rows, self.filter), self.sort, now, self.reverse)
+        out: list[tuple[str, tuple[object, ...]]] = []
+        for r in rows:
+            age = r.age(now)
+            out.append(
+                (
+                    r.name,
+                    (
+                        Text(r.name, style="bold"),
+                        render.state_text(r.state),
+                        Text(render.age(age) if age is not None else "-", justify="right"),
+                        r.owner or "-",
+                        r.models or "-",
+                        Text(f"{r.busy}/{r.gpus}" if r.has_data else "-", justify="right"),
+                        Text(
+                            str(r.idle) if r.has_data else "-",
+                            style="bold #ffd75f" if r.idle else "",
+                            justify="right",
+                        ),
+                        Text(render.percent(r.util) if r.has_data else "-", justify="right"),
+                        render.share(r.memory_used, r.memory_total) if r.has_data else "-",
+                        Text(str(r.processes) if r.has_data else "-", justify="right"),
+                        Text(r.reason if r.state != LIVE else "", style=render.STATE_COLOUR.get(r.state, "")),
+                    ),
+                )
+            )
+        refill(self.query_one(DataTable), out)
+
+    @on(DataTable.RowSelected)
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.gapp.open_detail(str(event.row_key.value), None)

@@ -1,0 +1,177 @@
+"""`:tenants`: per team, now and over the session — what it owns, uses, borrows, leaves idle,
+its share of the fleet's GPU-time and memory — sorted by waste, the silo capacity worth pooling."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from gpuops.fleet.summary import UNOWNED
+from gpuops.fleet.views import TenantHistory, TenantRow, sort_tenants
+from gpuops.tui import render
+from gpuops.tui.feed import FleetState
+from gpuops.tui.keys import TABLE_KEYS, Key
+from gpuops.tui.screens.base import ViewScreen, refill, screen_bindings
+
+COLUMNS = (
+    "Team",
+    "Owned",
+    "Used",
+    "Borrowed",
+    "Idle",
+    "Waste",
+    "GPU-time",
+    "Share",
+    "Session",
+    "Memory",
+    "Procs",
+    "Share over the session",
+    "Idle over the session",
+)
+TREND = 22
+
+# Sparklines of the detail panel: series, title, how to print a value, fixed top (None: the max)
+PANEL: tuple[tuple[str, str, str, float | None], ...] = (
+    ("share", "GPU-time share", "percent", 100.0),
+    ("memory", "memory held", "bytes", None),
+    ("owned", "GPUs owned", "gpus", None),
+    ("used", "GPUs used", "gpus", None),
+    ("idle", "idle owned", "gpus", None),
+    ("waste", "waste", "gpus", None),
+)
+
+
+def _fmt(kind: str, value: float) -> str:
+    if kind == "percent":
+        return f"{value:.0f}%"
+    if kind == "bytes":
+        return render.size(int(value))
+    return render.gpus(value)
+
+
+class TenantsScreen(ViewScreen):
+    VIEW = "tenants"
+    TITLE = "tenants (teams)"
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        *TABLE_KEYS,
+        Key("enter", "Enter", "show the team's GPUs in the fleet grid (filtered by the team)"),
+    )
+    SORTS: ClassVar[dict[str, tuple[str, str]]] = {
+        "W": ("waste", "waste: owned capacity not doing work (the default)"),
+        "N": ("name", "team name"),
+        "O": ("owned", "GPUs owned"),
+        "U": ("used", "GPUs used"),
+        "I": ("idle", "idle owned GPUs"),
+        "B": ("borrowed", "GPUs borrowed from other teams"),
+        "S": ("share", "share of the fleet's GPU-time now"),
+        "M": ("memory", "memory held"),
+    }
+    DEFAULT_SORT = "waste"
+    FILTER_HINT = "matches team names; !re hides matches"
+    BINDINGS = screen_bindings(KEYS, SORTS)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.selected: str | None = None
+
+    def compose_body(self) -> ComposeResult:
+        table: DataTable[object] = DataTable(id="tenants-table", cursor_type="row", zebra_stripes=True)
+        for column in COLUMNS:
+            table.add_column(column, key=column.lower())
+        yield table
+        yield Static(id="tenant-panel")
+
+    def main_widget(self) -> Widget | None:
+        return self.query_one(DataTable)
+
+    def draw(self, state: FleetState) -> None:
+        rows = sort_tenants(state.tenants, self.sort, self.reverse, self.filter)
+        history = state.history
+        out: list[tuple[str, tuple[object, ...]]] = []
+        for r in rows:
+            out.append((r.team, self._cells(r, history)))
+        table = self.query_one(DataTable)
+        refill(table, out)
+        if out and self.selected not in {k for k, _ in out}:
+            self.selected = out[0][0]
+        self._panel(state)
+
+    @staticmethod
+    def _cells(r: TenantRow, history: TenantHistory) -> tuple[object, ...]:
+        def num(value: float, style: str = "") -> Text:
+            return Text(render.gpus(value), style=style if value >= 0.05 else "", justify="right")
+
+        idle_style = "bold #ffd75f"
+        return (
+            Text(r.team if r.team != UNOWNED else "unowned", style="bold"),
+            Text(str(r.owned) + (f" ({r.unknown}?)" if r.unknown else ""), justify="right"),
+            num(r.used),
+            num(r.borrowed, "#87d787"),
+            num(r.idle, idle_style),
+            num(r.waste, idle_style),
+            Text(render.gpus(r.gpu_time), justify="right"),
+            Text(f"{100 * r.share:.0f}%", justify="right"),
+            Text(f"{100 * history.session_share(r.team):.0f}%", justify="right"),
+            Text(render.size(r.memory_used), justify="right"),
+            Text(str(r.processes), justify="right"),
+            Text(render.sparkline(history.values(r.team, "share"), TREND, 100.0), style="#87d787"),
+            Text(
+                render.sparkline(history.values(r.team, "idle"), TREND, max(1.0, float(r.owned))),
+                style="#ffd75f",
+            ),
+        )
+
+    def _panel(self, state: FleetState) -> None:
+        panel = self.query_one("#tenant-panel", Static)
+        team = self.selected
+        row = next((r for r in state.tenants if r.team == team), None)
+        if row is None:
+            panel.update(Text("no team matches", style="dim"))
+            return
+        history = state.history
+        grid = Table.grid(padding=(0, 1), expand=True)
+        grid.add_column(no_wrap=True, style="bold")
+        grid.add_column(ratio=1, no_wrap=True)
+        grid.add_column(no_wrap=True, justify="right")
+        head = Text()
+        head.append(row.team, style="bold #87afd7")
+        head.append(
+            f"  owns {row.owned} GPUs ({render.size(row.memory_owned)}) · uses {render.gpus(row.used)}"
+            f" · borrows {render.gpus(row.borrowed)} · lends {render.gpus(row.lent)}"
+            f" · idle {render.gpus(row.idle)} · waste {render.gpus(row.waste)}"
+            f" · {row.processes} processes"
+        )
+        grid.add_row(head, "", "")
+        width = max(10, self.size.width - 16 - 42 - 6)
+        points = history.points
+        span = render.age((history.last or 0) - (history.started or 0)) if points > 1 else "now"
+        for series, title, kind, top in PANEL:
+            values = history.values(row.team, series)
+            peak = top if top is not None else max(values, default=0.0)
+            now = values[-1] if values else 0.0
+            low, high = min(values, default=0.0), max(values, default=0.0)
+            grid.add_row(
+                f"{title:>15}",
+                Text(render.sparkline(values, width, peak if peak > 0 else None), style="#87d7ff"),
+                f"now {_fmt(kind, now):>7}  min {_fmt(kind, low):>7}  max {_fmt(kind, high):>7}",
+            )
+        grid.add_row("", Text(f"over the session ({span}, {points} points)", style="dim"), "")
+        panel.update(grid)
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is not None and event.row_key.value != self.selected:
+            self.selected = str(event.row_key.value)
+            if self.state is not None:
+                self._panel(self.state)
+
+    @on(DataTable.RowSelected)
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.gapp.go("gpus", filter_text=str(event.row_key.value))

@@ -1,0 +1,276 @@
+"""The small widgets every screen shares: title bar, status line, command/filter bar, the team
+totals header of the fleet grid, and a cell inspector. They draw what they are given."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.suggester import SuggestFromList
+from textual.widgets import Input, Label, Static
+
+from gpuops.fleet.summary import UNOWNED
+from gpuops.fleet.views import EMPTY_MIG, FREE, LOST, SLICE, Cell, FleetStatus, NodeRow, TenantRow, Totals
+from gpuops.tui import render
+
+VIEWS = ("gpus", "nodes", "tenants", "events")
+COMMANDS = ("gpus", "nodes", "tenants", "events", "pool", "help", "quit", "q")
+
+
+class TopBar(Static):
+    """'gpuops │ gpus nodes tenants events │ source │ READONLY'."""
+
+    DEFAULT_CSS = """
+    TopBar { dock: top; height: 1; background: $panel; color: $text; }
+    """
+
+    def draw(self, view: str, title: str, source: str, readonly: bool) -> None:
+        text = Text()
+        text.append(" gpuops ", style="bold #000000 on #5fafff")
+        text.append(" ")
+        for name in VIEWS:
+            if name == view:
+                text.append(f" {name} ", style="bold reverse")
+            else:
+                text.append(f" {name} ", style="dim")
+        text.append(f" │ {title}", style="bold")
+        if source:
+            text.append(f" │ {source}", style="dim")
+        if readonly:
+            text.append("  READONLY ", style="bold #000000 on #ffaf00")
+        self.update(text)
+
+
+class StatusBar(Static):
+    """Nodes live/stale/unreachable, data age, interval, filter and sort, and the key hints."""
+
+    DEFAULT_CSS = """
+    StatusBar { height: 1; background: $panel; }
+    """
+
+    def draw(
+        self,
+        status: FleetStatus | None,
+        age: float | None,
+        interval: float,
+        filter_text: str,
+        sort: str,
+        readonly: bool,
+        message: str = "",
+    ) -> None:
+        text = Text()
+        if status is None:
+            text.append(" waiting for the first data… ", style="yellow")
+        else:
+            text.append(f" {render.STATE_GLYPH['live']} {status.live} live ", style="green")
+            text.append(
+                f"{render.STATE_GLYPH['stale']} {status.stale} stale ",
+                style="yellow" if status.stale else "dim",
+            )
+            text.append(
+                f"{render.STATE_GLYPH['unreachable']} {status.unreachable} unreachable ",
+                style="bold red" if status.unreachable else "dim",
+            )
+            if status.connecting:
+                text.append(f"○ {status.connecting} connecting ", style="grey50")
+            text.append("│ ", style="dim")
+            text.append(f"data {render.age(age)} old " if age is not None else "no live data ")
+            text.append(f"│ every {render.age(interval)} ", style="dim")
+        if filter_text:
+            text.append("│ ", style="dim")
+            text.append(f"/{filter_text} ", style="bold #ffd75f")
+        if sort:
+            text.append(f"│ sort {sort} ", style="dim")
+        if readonly:
+            text.append("│ READONLY ", style="bold #ffaf00")
+        if message:
+            text.append("│ ", style="dim")
+            text.append(message + " ", style="bold")
+        text.append("│ ? help  : views  / filter  q quit", style="dim")
+        self.update(text)
+
+
+class PromptInput(Input):
+    """The bar's input: Tab takes the suggested completion instead of moving the focus."""
+
+    DEFAULT_CSS = """
+    PromptInput, PromptInput:focus { border: none; height: 1; padding: 0; width: 1fr; background: $boost; }
+    """
+
+    BINDINGS = [Binding("tab", "complete", "complete the command", show=False, priority=True)]
+
+    def action_complete(self) -> None:
+        suggestion = self._suggestion
+        if suggestion and len(suggestion) > len(self.value):
+            self.value = suggestion
+            self.cursor_position = len(suggestion)
+
+
+class PromptBar(Horizontal):
+    """The k9s bar: ':' runs a command, '/' types a filter. Hidden until opened."""
+
+    DEFAULT_CSS = """
+    PromptBar { height: 1; display: none; background: $boost; }
+    PromptBar.open { display: block; }
+    PromptBar > Label { width: auto; padding: 0 0 0 1; color: $accent; text-style: bold; }
+    PromptBar > Label.error { color: $error; }
+    PromptBar > #prompt-hint { color: $text-muted; text-style: none; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mode = ""
+
+    def compose(self) -> ComposeResult:
+        yield Label(":", id="prompt-mode")
+        yield PromptInput(id="prompt-input", suggester=SuggestFromList(COMMANDS, case_sensitive=False))
+        yield Label("", id="prompt-hint")
+
+    def open(self, mode: str, value: str = "") -> None:
+        self.mode = mode
+        self.query_one("#prompt-mode", Label).update(mode)
+        field = self.query_one("#prompt-input", PromptInput)
+        field.suggester = SuggestFromList(COMMANDS, case_sensitive=False) if mode == ":" else None
+        field.value = value
+        field.cursor_position = len(value)
+        self.hint("")
+        self.add_class("open")
+        # Now, not after a refresh: keys that arrived with ':' (a paste, a fast typist) go to the bar.
+        self.screen.set_focus(field)
+
+    def close(self) -> None:
+        self.mode = ""
+        self.remove_class("open")
+
+    @property
+    def is_open(self) -> bool:
+        return self.has_class("open")
+
+    def hint(self, text: str, error: bool = False) -> None:
+        label = self.query_one("#prompt-hint", Label)
+        label.update(text)
+        label.set_class(error, "error")
+
+
+class TeamHeader(Static):
+    """Fleet totals and one chip per team (busy/owned, idle), wrapped to a few lines."""
+
+    DEFAULT_CSS = """
+    TeamHeader { height: auto; max-height: 4; padding: 0 1; }
+    """
+
+    MAX_LINES = 3
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.fleet: Totals | None = None
+        self.teams: tuple[TenantRow, ...] = ()
+
+    def draw(self, fleet: Totals, teams: tuple[TenantRow, ...]) -> None:
+        self.fleet, self.teams = fleet, teams
+        self.update(self._text(max(40, self.size.width - 2 if self.size.width else 118)))
+
+    def on_resize(self) -> None:
+        if self.fleet is not None:
+            self.update(self._text(max(40, self.size.width - 2)))
+
+    def _text(self, width: int) -> Text:
+        f = self.fleet
+        assert f is not None
+        text = Text()
+        text.append(f"{f.gpus} GPUs on {f.nodes} nodes", style="bold")
+        text.append(f" · {f.busy} busy · ")
+        text.append(f"{f.idle} idle", style="bold #ffd75f" if f.idle else "")
+        if f.unknown:
+            text.append(f" · {f.unknown} without data", style="red")
+        text.append(f" · util {render.percent(f.util)} · mem {render.share(f.memory_used, f.memory_total)}")
+        text.append("   cell ", style="dim")
+        text.append(" 96", style=render.util_style(96))
+        text.append(" 80", style=render.mem_style(80))
+        text.append(" util% mem%  ", style="dim")
+        text.append("  0", style=render.util_style(0))
+        text.append(" idle  ", style="dim")
+        text.append(" 3g", style=render.SLICE_BUSY)
+        text.append(" 79", style=render.mem_style(79))
+        text.append(" MIG slice  ? help", style="dim")
+        chips = [self._chip(t) for t in self.teams if t.owned or t.used]
+        line = Text()
+        lines = 0
+        for i, chip in enumerate(chips):
+            if line.cell_len and line.cell_len + 3 + chip.cell_len > width:
+                lines += 1
+                if lines >= self.MAX_LINES:
+                    text.append("\n")
+                    text.append_text(line)
+                    text.append(f"  … +{len(chips) - i} teams (:tenants)", style="dim")
+                    return text
+                text.append("\n")
+                text.append_text(line)
+                line = Text()
+            if line.cell_len:
+                line.append(" │ ", style="dim")
+            line.append_text(chip)
+        if line.cell_len:
+            text.append("\n")
+            text.append_text(line)
+        return text
+
+    @staticmethod
+    def _chip(t: TenantRow) -> Text:
+        chip = Text()
+        chip.append(t.team if t.team != UNOWNED else "unowned", style="bold #87afd7")
+        busy = max(0.0, t.owned - t.unknown - t.idle)
+        chip.append(f" {render.gpus(busy)}/{t.owned} busy")
+        if t.idle >= 0.05:
+            chip.append(f" {render.gpus(t.idle)} idle", style="bold #ffd75f")
+        if t.borrowed >= 0.05:
+            chip.append(f" +{render.gpus(t.borrowed)} borrowed", style="#87d787")
+        if t.unknown:
+            chip.append(f" {t.unknown} no data", style="red")
+        return chip
+
+
+class Inspector(Static):
+    """One line about the cell under the cursor."""
+
+    DEFAULT_CSS = """
+    Inspector { height: 1; background: $boost; padding: 0 1; }
+    """
+
+    def draw(self, row: NodeRow | None, cell: Cell | None, now: float) -> None:
+        if row is None:
+            self.update(Text("no node matches", style="dim"))
+            return
+        text = Text()
+        text.append(row.name, style="bold")
+        text.append(" ")
+        text.append_text(render.state_text(row.state, row.age(now)))
+        if cell is None:
+            text.append(f" · {row.reason or 'no GPUs known yet'}", style="dim")
+            self.update(text)
+            return
+        text.append(f" · GPU {cell.gpu} {cell.model}")
+        if cell.kind == SLICE:
+            text.append(f" · MIG {cell.profile} (GI {cell.instance})")
+        elif cell.kind == FREE:
+            text.append(f" · {render.gpus(cell.fraction * 7)}/7 of the GPU not carved into MIG instances")
+        elif cell.kind == EMPTY_MIG:
+            text.append(" · MIG mode on, no GPU instance")
+        elif cell.kind == LOST:
+            text.append(" · GPU lost (GPU_IS_LOST: fell off the bus?)", style="bold red")
+        text.append(f" · owner {cell.owner or 'none'}")
+        if cell.kind not in (FREE, EMPTY_MIG, LOST):
+            if cell.kind != SLICE:
+                text.append(f" · util {render.percent(cell.util)}")
+            if cell.memory_total:
+                text.append(f" · mem {render.size(cell.memory_used)} / {render.size(cell.memory_total)}")
+            if cell.processes:
+                who = ", ".join(cell.tenants)
+                text.append(f" · {cell.processes} proc{'s' if cell.processes > 1 else ''} of {who}")
+                if cell.users:
+                    text.append(f" ({', '.join(cell.users)})", style="dim")
+            else:
+                text.append(" · no processes", style="dim")
+        text.append("  Enter: details", style="dim")
+        self.update(text)
