@@ -413,6 +413,7 @@ static void stop_waiting(struct gl_dev *d, uint64_t waited) {
 static void gate_slow(struct gl_dev *d) {
     struct rg_header *h = &d->rg->h;
     uint64_t wait_start = 0, lock_fail_since = 0;
+    gl_maybe_reload();
     for (;;) {
         if (atomic_load(&d->state) != 1 || atomic_load(&d->sched_off)) break; /* no compute limit */
         uint32_t fseq = atomic_load(&h->lease_futex);
