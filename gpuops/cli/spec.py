@@ -1,7 +1,10 @@
-"""`gpuops validate` and `gpuops schema`: check fleet.yaml files, print their JSON Schema.
+"""`gpuops validate`, `gpuops schema` and `gpuops import`: check fleet.yaml files, print their
+JSON Schema, convert other tools' configurations into fleet.yaml.
 
 gpuops validate FLEET.yaml... [--json]   every mistake as file:line:column: path: message (exit 1)
 gpuops schema [-o FILE]                  the JSON Schema, for editors (yaml-language-server)
+gpuops import mig-parted CONFIG [-c LABEL] [--nodes SELECTOR] [-o FILE]
+                                         a mig-parted v1 config as fleet.yaml carve: entries
 """
 
 from __future__ import annotations
@@ -15,11 +18,20 @@ import typer
 
 from gpuops.spec import Fleet, SpecError, SpecIssue, fleet_json_schema, load_fleet
 from gpuops.spec.errors import printable
+from gpuops.spec.migparted import read_mig_parted, render_carve
+from gpuops.spec.source import decode, read_text
+
+import_app = typer.Typer(
+    name="import",
+    help="Convert other tools' configurations into fleet.yaml settings.",
+    no_args_is_help=True,
+)
 
 
 def register(app: typer.Typer) -> None:
     app.command("validate")(validate)
     app.command("schema")(schema)
+    app.add_typer(import_app, name="import")
 
 
 def _say(text: str, *, err: bool = False) -> None:
@@ -89,6 +101,56 @@ def schema(
 ) -> None:
     """Print the JSON Schema of fleet.yaml, for editors (see docs/fleet-yaml.md)."""
     text = json.dumps(fleet_json_schema(), indent=2) + "\n"
+    if output is None:
+        _say(text.rstrip("\n"))
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _say(printable(f"{output}: cannot write: {exc.strerror or exc}"), err=True)
+        raise typer.Exit(1) from None
+
+
+@import_app.command("mig-parted")
+def import_mig_parted(
+    config: Annotated[
+        str, typer.Argument(metavar="CONFIG", help="mig-parted v1 config file ('-' reads standard input).")
+    ],
+    label: Annotated[
+        Optional[str],
+        typer.Option(
+            "--selected-config", "-c", help="The mig-configs label to convert (optional if there is one)."
+        ),
+    ] = None,
+    nodes: Annotated[
+        str, typer.Option("--nodes", "-n", help="Node selector the entries apply to (default: every node).")
+    ] = "*",
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Write the carve: section to this file.")
+    ] = None,
+) -> None:
+    """Convert a mig-parted config (one label) into fleet.yaml carve: entries, printed to paste
+    under carve: (or written with -o). Mistakes: one located line each on stderr, exit 1."""
+    name = "<stdin>" if config == "-" else config
+    if config == "-":
+        text, problem = decode(sys.stdin.buffer.read(), name)
+    else:
+        text, problem = read_text(config, name)
+    if problem is not None or text is None:
+        _say(str(problem or SpecIssue(name, 0, 0, "", "cannot read")), err=True)
+        raise typer.Exit(1)
+    try:
+        imported = read_mig_parted(text, name, label, nodes=nodes)
+    except SpecError as exc:
+        for issue in exc.errors:
+            _say(str(issue), err=True)
+        raise typer.Exit(1) from None
+    except Exception as exc:  # a bug must still not print a traceback
+        _say(printable(f"{name}: internal error ({type(exc).__name__}: {exc}); please report this"), err=True)
+        raise typer.Exit(1) from None
+    for warning in imported.warnings:
+        _say(f"warning: {warning}", err=True)
+    text = render_carve(imported, source=name)
     if output is None:
         _say(text.rstrip("\n"))
         return

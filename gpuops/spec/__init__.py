@@ -6,6 +6,7 @@
     fleet.gpu_owner("gpu-a-01", 4)            # 'nlp'
     fleet.team_of_user("alice", groups=["cv"])
     fleet.nodes_matching("gpu-a-*,zone=a")
+    fleet.desired_for("gpu-a-01", 0, uuid, "NVIDIA H100 80GB HBM3")   # DesiredGpu(mig=, mps=, limiter=)
     text = dump_fleet(fleet)                  # YAML that load_fleet reads back equal
 
 The format is documented in docs/fleet-yaml.md.
@@ -13,6 +14,26 @@ The format is documented in docs/fleet-yaml.md.
 
 from __future__ import annotations
 
+from gpuops.spec.carve import (
+    DesiredGpu,
+    DesiredLimiter,
+    DesiredMig,
+    DesiredMps,
+    DesiredMpsTenant,
+    DesiredTenant,
+    MigInstance,
+    MigLayout,
+    mig_layout_for_model,
+)
+from gpuops.spec.desired import (
+    CarveEntry,
+    GpuSelect,
+    LimiterSpec,
+    LimiterTenantSpec,
+    MigSpec,
+    MpsSpec,
+    Select,
+)
 from gpuops.spec.dump import dump_fleet
 from gpuops.spec.errors import SpecError, SpecIssue
 from gpuops.spec.loader import check_fleet, fleet_from_data, load_fleet, parse_fleet
@@ -43,11 +64,26 @@ __all__ = [
     "SPEC_VERSION",
     "AgentOptions",
     "AgentSettings",
+    "CarveEntry",
+    "DesiredGpu",
+    "DesiredLimiter",
+    "DesiredMig",
+    "DesiredMps",
+    "DesiredMpsTenant",
+    "DesiredTenant",
     "Fleet",
+    "GpuSelect",
     "JumpHost",
     "JumpSettings",
     "LabelTerm",
+    "LimiterSpec",
+    "LimiterTenantSpec",
+    "MigInstance",
+    "MigLayout",
+    "MigSpec",
+    "MpsSpec",
     "Node",
+    "Select",
     "Selector",
     "SelectorError",
     "SpecError",
@@ -62,6 +98,7 @@ __all__ = [
     "fleet_json_schema",
     "format_gpu_indices",
     "load_fleet",
+    "mig_layout_for_model",
     "parse_fleet",
     "parse_gpu_indices",
     "parse_selector",

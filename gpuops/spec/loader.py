@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from gpuops.spec.checks import CheckContext, run_checks
@@ -112,6 +113,7 @@ def build_fleet(doc: Document) -> Fleet:
     issues.extend(run_checks(fleet, CheckContext(doc)))
     if issues:
         raise SpecError(issues)
+    fleet._doc = doc
     return fleet
 
 
@@ -193,7 +195,7 @@ def _cut_point(data: Any, loc: DataPath) -> DataPath | None:
         container = _get(data, parent)
         model = _model_at(parent)
         if model is not None and isinstance(container, dict):
-            field = model.model_fields.get(str(key))
+            field = _field(model, str(key))
             if field is None or not field.is_required():
                 return loc[:end]
             continue  # a required key: remove the mapping that holds it
@@ -226,13 +228,21 @@ def _strip_type(tp: Any) -> Any:
         return tp
 
 
+def _field(model: type[BaseModel], key: str) -> FieldInfo | None:
+    """A model's field by the key written in the file (its alias, where it has one)."""
+    for name, info in model.model_fields.items():
+        if (info.alias or name) == key:
+            return info
+    return None
+
+
 def _model_at(path: DataPath) -> type[BaseModel] | None:
     """The model class that validates the mapping at `path`, if there is one."""
     tp: Any = Fleet
     for elem in path:
         tp = _strip_type(tp)
         if isinstance(tp, type) and issubclass(tp, BaseModel):
-            field = tp.model_fields.get(str(elem))
+            field = _field(tp, str(elem))
             if field is None:
                 return None
             tp = field.annotation
@@ -247,7 +257,7 @@ def _model_at(path: DataPath) -> type[BaseModel] | None:
 
 
 def _unknown_key_hint(key: str, parent: DataPath, model: type[BaseModel] | None) -> str:
-    choices = list(model.model_fields) if model is not None else []
+    choices = [f.alias or name for name, f in model.model_fields.items()] if model is not None else []
     if model is Node and key in SshDefaults.model_fields:
         return f"SSH settings of a node go under its ssh: ({format_path((*parent, 'ssh', key))})"
     if model is Node and key in AgentOptions.model_fields:

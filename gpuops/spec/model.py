@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Union
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
+from gpuops.core.mig.catalog import MigModel
+from gpuops.spec.base import SpecModel
+from gpuops.spec.desired import CarveEntry
 from gpuops.spec.selectors import Selector, parse_gpu_indices, parse_selector
+from gpuops.spec.source import Document
 from gpuops.spec.types import (
     NAME_RE,
     SPEC_VERSION,
@@ -59,25 +63,6 @@ DEFAULT_AGENT_MODE: Literal["auto"] = "auto"
 DEFAULT_PYTHON = "python3"
 DEFAULT_BACKEND = "nvml"
 NO_JUMP = "none"
-
-
-class SpecModel(BaseModel):
-    """Base of every fleet.yaml mapping: unknown keys are errors, values are immutable, and a key
-    left empty (``teams:`` with nothing under it) means its default."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _empty_means_default(cls, data: Any) -> Any:
-        if data is None:
-            return {}
-        if isinstance(data, dict):
-            fields = cls.model_fields
-            empty = [k for k, v in data.items() if v is None and k in fields and not fields[k].is_required()]
-            if empty:
-                return {k: v for k, v in data.items() if k not in empty}
-        return data
 
 
 class SshOptions(SpecModel):
@@ -202,8 +187,12 @@ class Fleet(SpecModel):
     jump_hosts: dict[JumpName, JumpHost] = Field(default_factory=dict)
     teams: dict[TeamName, Team] = Field(default_factory=dict)
     nodes: list[Node]
+    carve: list[CarveEntry] = Field(default_factory=list)
+    """Desired state: MIG layout, MPS and limiter settings per GPU selection, in order (a later
+    entry overrides an earlier one, per kind, on the GPUs both select)."""
 
     _index: _Index | None = PrivateAttr(default=None)
+    _doc: Document | None = PrivateAttr(default=None)  # where things are written, when loaded
 
     def __eq__(self, other: object) -> bool:
         # The lookup index is a cache, not part of the value.
@@ -267,6 +256,50 @@ class Fleet(SpecModel):
 
     def team_of_group(self, group: str) -> str | None:
         return self._lookup().groups.get(group)
+
+    # ---- desired state (carve:) --------------------------------------------------------------
+
+    def desired_for(
+        self,
+        node: NodeRef,
+        gpu_index: int,
+        gpu_uuid: str | None = None,
+        gpu_model: str | MigModel | None = None,
+        *,
+        mig_mode: bool | None = None,
+        memory_total: int | None = None,
+    ) -> DesiredGpu:
+        """What carve: wants on one live GPU: `DesiredGpu(mig=, mps=, limiter=)`, None where no
+        entry says (leave as is); later entries win per kind. `gpu_model` is the NVML name (or a
+        catalog key); the MIG layout is solved for it (`mig_layout`). `mig_mode` (live MIG mode)
+        and `memory_total` (bytes) let more rules be checked. What is wrong for this GPU is in
+        `.problems` (located SpecIssues), never raised."""
+        from gpuops.spec.carve import desired_for
+
+        return desired_for(
+            self,
+            self.source,
+            self._node(node),
+            gpu_index,
+            gpu_uuid,
+            gpu_model,
+            mig_mode=mig_mode,
+            memory_total=memory_total,
+        )
+
+    @property
+    def source(self) -> Document:
+        """Where the fleet's values are written (positions), for located messages; an empty
+        Document named '<fleet>' for a fleet built in code."""
+        if self._doc is None:
+            self._doc = Document("<fleet>")
+        return self._doc
+
+    def carve_location(self, entry: int) -> str:
+        """'fleet.yaml:30:5': where carve entry `entry` is written."""
+        from gpuops.spec.carve import entry_location
+
+        return entry_location(self.source, entry)
 
     # ---- resolved settings -----------------------------------------------------------------
 
@@ -342,6 +375,9 @@ class Fleet(SpecModel):
 
 
 NodeRef = Union[Node, str]
+
+if TYPE_CHECKING:
+    from gpuops.spec.carve import DesiredGpu
 
 
 def _expand(path: str | None) -> str | None:

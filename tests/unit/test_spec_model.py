@@ -266,6 +266,7 @@ def test_schema_describes_the_file() -> None:
         "jump_hosts",
         "teams",
         "nodes",
+        "carve",
     }
     assert schema["required"] == ["version", "nodes"]
     assert "^x-" in schema["patternProperties"]
