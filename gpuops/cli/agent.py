@@ -15,10 +15,11 @@ def register(app: typer.Typer) -> None:
         stdio: bool = typer.Option(False, "--stdio", help="Serve the JSON-lines protocol on stdin/stdout."),
         backend: str = typer.Option("nvml", "--backend", help="Where GPU facts come from: nvml or sim."),
         sim_spec: Path | None = typer.Option(
-            None, "--sim-spec", help="Simulator spec (JSON) for --backend sim."
+            None, "--sim-spec", help="Simulator spec (JSON), --backend sim."
         ),
-        log_level: str = typer.Option(
-            "WARNING", "--log-level", help="DEBUG, INFO, WARNING or ERROR (stderr)."
+        log_level: str = typer.Option("WARNING", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
+        state_dir: Path | None = typer.Option(
+            None, "--state-dir", help="Node lock and MIG journal directory."
         ),
     ) -> None:
         """Serve the node agent protocol (used by the fleet over SSH, or by hand for debugging)."""
@@ -28,4 +29,5 @@ def register(app: typer.Typer) -> None:
             fail("the agent only speaks over stdin/stdout for now: add --stdio", code=2)
         if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             fail(f"--log-level must be DEBUG, INFO, WARNING or ERROR, not {log_level!r}", code=2)
-        raise typer.Exit(run_agent(backend, str(sim_spec) if sim_spec else None, log_level.upper()))
+        spec = str(sim_spec) if sim_spec else None
+        raise typer.Exit(run_agent(backend, spec, log_level.upper(), str(state_dir) if state_dir else None))

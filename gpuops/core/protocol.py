@@ -31,7 +31,8 @@ MAX_REQUEST_BYTES = 64 * 1024
 # Replies carry whole nodes (hundreds of processes on an 8-GPU box fit easily).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 
-OPS = ("hello", "inventory", "sample", "watch", "cancel")
+OPS = ("hello", "inventory", "sample", "watch", "cancel", "mig_apply")
+MAX_CHANGES = 64  # GPUs changed by one mig_apply request
 
 MIN_WATCH_INTERVAL = 0.05
 MAX_WATCH_INTERVAL = 3600.0
@@ -48,6 +49,7 @@ DUPLICATE_ID = "duplicate_id"  # a watch with this id is still running
 TOO_MANY_WATCHES = "too_many_watches"
 BACKEND_ERROR = "backend_error"  # the backend refused (message starts with the NVML code)
 BACKEND_UNAVAILABLE = "backend_unavailable"  # no NVML, bad sim spec: the agent cannot serve
+BUSY = "busy"  # another apply holds the node lock
 INTERNAL = "internal"
 
 RequestId = Union[int, str]
@@ -134,6 +136,47 @@ def watch_args(args: Dict[str, Any]) -> Tuple[float, Optional[int], bool]:
     if not isinstance(delta, bool):
         raise ValueError("'delta' must be true or false")
     return float(interval), count, delta
+
+
+@dataclass(frozen=True)
+class MigChange:
+    gpu: int
+    layout: Any  # a MigLayout (core/mig/layout.py)
+    expect: Optional[str]  # the GPU's fingerprint when the plan was made
+
+
+def mig_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[MigChange, ...], bool, str]:
+    """Validate a mig_apply request: the changes per GPU, whether forced, who asks."""
+    from gpuops.core.mig.layout import MigLayout
+
+    unknown = sorted(set(args) - {"changes", "force", "holder"})
+    if unknown:
+        raise ValueError("unknown argument %r" % unknown[0][:64])
+    changes = args.get("changes")
+    if not isinstance(changes, list) or not 0 < len(changes) <= MAX_CHANGES:
+        raise ValueError("'changes' must be a list of 1 to %d GPU changes" % MAX_CHANGES)
+    out = []
+    seen = set()
+    for n, change in enumerate(changes):
+        if not isinstance(change, dict) or set(change) - {"gpu", "layout", "expect"}:
+            raise ValueError("changes[%d] must be an object with gpu, layout and expect" % n)
+        gpu, expect = change.get("gpu"), change.get("expect")
+        if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < 256 or gpu in seen:
+            raise ValueError("changes[%d].gpu must be a GPU index, once" % n)
+        if expect is not None and not (isinstance(expect, str) and len(expect) <= 64):
+            raise ValueError("changes[%d].expect must be a fingerprint string" % n)
+        try:
+            layout = MigLayout.from_json(change.get("layout"))
+        except ValueError as exc:
+            raise ValueError("changes[%d].layout: %s" % (n, exc)) from None
+        seen.add(gpu)
+        out.append(MigChange(gpu, layout, expect))
+    force, holder = args.get("force", False), args.get("holder", "")
+    if not isinstance(force, bool):
+        raise ValueError("'force' must be true or false")
+    if not isinstance(holder, str) or len(holder) > 200:
+        raise ValueError("'holder' must be a short string")
+    return tuple(out), force, holder
 
 
 def hello_versions(args: Dict[str, Any]) -> int:

@@ -238,6 +238,15 @@ class AgentClient:
         sample: NodeSample = self._decode(NodeSample, await self.request("sample"))
         return sample
 
+    async def mig_apply(
+        self, changes: list[dict[str, Any]], force: bool = False, holder: str = ""
+    ) -> dict[str, Any]:
+        """Per-GPU MIG changes, each a transaction on the node (node/mig_apply.py)."""
+        result = await self.request("mig_apply", {"changes": changes, "force": force, "holder": holder})
+        if not isinstance(result, dict) or not isinstance(result.get("results"), list):
+            raise AgentError(proto.INVALID_REQUEST, f"{self.name}: malformed mig_apply reply")
+        return result
+
     def _decode(self, cls: Any, data: Any) -> Any:
         try:
             return from_json(cls, data)

@@ -114,6 +114,7 @@ class Agent:
         unavailable_reason: str = "",
         hostname: Optional[str] = None,
         inline: bool = False,
+        state_dir: Optional[str] = None,
     ) -> None:
         """`inline=True` calls the backend on the event loop thread: only for backends that never
         block (the simulator), so that one process can serve a thousand simulated nodes without
@@ -122,6 +123,11 @@ class Agent:
         self.backend_name = backend_name
         self.unavailable_reason = unavailable_reason
         self.hostname = hostname or socket.gethostname()
+        if state_dir is None:
+            from gpuops.node.state import default_state_dir
+
+            state_dir = default_state_dir()
+        self.state_dir = state_dir  # the node lock and the MIG journal (node/state.py)
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         if not inline:
             self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpuops-backend")
@@ -305,6 +311,40 @@ class Agent:
         except asyncio.CancelledError:
             cancelled = True
         await self._send(proto.reply(request_id, {"events": sent, "cancelled": cancelled}))
+
+    async def _op_mig_apply(self, request: proto.Request) -> None:
+        changes, force, holder = proto.mig_apply_args(request.args)
+        backend = self._require_backend()
+        result = await self._call(lambda: self._mig_apply(backend, changes, force, holder))
+        await self._send(proto.reply(request.id, result))
+
+    def _mig_apply(
+        self, backend: Backend, changes: Tuple[proto.MigChange, ...], force: bool, holder: str
+    ) -> Dict[str, Any]:
+        """Under the node lock: first finish what a killed agent left, then each GPU's change,
+        each a transaction of its own (one GPU refused does not stop the others)."""
+        from gpuops.node.mig_apply import ApplyError, apply_layout, recover
+        from gpuops.node.state import LockBusy, NodeState
+
+        state = NodeState(self.state_dir)
+        try:
+            lock = state.lock(holder or "an apply")
+        except LockBusy as exc:
+            raise proto.ProtocolError(proto.BUSY, str(exc)) from None
+        except OSError as exc:
+            raise proto.ProtocolError(proto.INTERNAL, "cannot take the node lock: %s" % exc) from None
+        try:
+            recovered = recover(backend, state)
+            results = []
+            for change in changes:
+                try:
+                    done = apply_layout(backend, state, change.gpu, change.layout, change.expect, force)
+                    results.append(dict(done, ok=True))
+                except ApplyError as exc:
+                    results.append({"gpu": change.gpu, "ok": False, "code": exc.code, "message": exc.message})
+            return {"results": results, "recovered": recovered}
+        finally:
+            NodeState.unlock(lock)
 
     async def _op_cancel(self, request: proto.Request) -> None:
         unknown = sorted(set(request.args) - {"id"})

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from gpuops.node.agent import Agent, log_to_stderr, open_backend
 
@@ -17,7 +18,12 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 
 
-def run_agent(backend_name: str = "nvml", sim_spec: Optional[str] = None, log_level: str = "WARNING") -> int:
+def run_agent(
+    backend_name: str = "nvml",
+    sim_spec: Optional[str] = None,
+    log_level: str = "WARNING",
+    state_dir: Optional[str] = None,
+) -> int:
     """Serve the agent protocol on stdin/stdout until EOF; returns the exit code."""
     from gpuops.node.stdio import stdio_streams
 
@@ -27,7 +33,9 @@ def run_agent(backend_name: str = "nvml", sim_spec: Optional[str] = None, log_le
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     backend, reason = open_backend(backend_name, sim_spec)
-    agent = Agent(backend, backend_name, reason)
+    agent = Agent(backend, backend_name, reason, state_dir=state_dir)
+    if backend is not None:
+        _recover(backend, agent.state_dir)
 
     async def main() -> None:
         reader, writer = stdio_streams(asyncio.get_event_loop(), 0, protocol_out)
@@ -46,6 +54,25 @@ def run_agent(backend_name: str = "nvml", sim_spec: Optional[str] = None, log_le
     return EXIT_OK
 
 
+def _recover(backend: Any, state_dir: str) -> None:
+    """Finish what a killed agent left half-done, if no apply is running now."""
+    from gpuops.node.mig_apply import recover
+    from gpuops.node.state import LockBusy, NodeState
+
+    state = NodeState(state_dir)
+    if not state.pending():
+        return
+    try:
+        lock = state.lock("agent start-up recovery")
+    except (LockBusy, OSError):
+        return  # the apply holding the lock recovers first itself
+    try:
+        for note in recover(backend, state):
+            logging.getLogger("gpuops.agent").warning("%s", note)
+    finally:
+        NodeState.unlock(lock)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuops-node", description="gpuops node side")
     sub = parser.add_subparsers(dest="command")
@@ -54,8 +81,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     agent.add_argument("--backend", default="nvml", help="nvml (default) or sim")
     agent.add_argument("--sim-spec", default=None, help="simulator spec (JSON) for --backend sim")
     agent.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    agent.add_argument(
+        "--state-dir", default=None, help="node lock and MIG journal (default: /var/lib/gpuops)"
+    )
     args = parser.parse_args(argv)
     if args.command != "agent":
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    return run_agent(args.backend, args.sim_spec, args.log_level)
+    return run_agent(args.backend, args.sim_spec, args.log_level, args.state_dir)

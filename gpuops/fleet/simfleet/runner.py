@@ -300,7 +300,7 @@ async def serve(
     backends = [(node.name, SimBackend(spec=node.spec)) for node in plan.nodes]
     host_key = asyncssh.generate_private_key("ssh-ed25519", comment="gpuops-sim-host")
     client_key = asyncssh.generate_private_key("ssh-ed25519", comment="gpuops-sim-client")
-    server = SimFleetServer(backends, host_key, client_key, user, host=HOST)
+    server = SimFleetServer(backends, host_key, client_key, user, host=HOST, state_dir=paths.dir / "state")
     ports = await server.start(base_port)
     try:
         port_list = [ports[node.name] for node in plan.nodes]

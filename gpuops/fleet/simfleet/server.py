@@ -31,8 +31,10 @@ import asyncio
 import contextlib
 import logging
 import shlex
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import asyncssh
 
@@ -176,8 +178,11 @@ class SimFleetServer:
         user: str,
         host: str = "127.0.0.1",
         limits: Limits | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         self.nodes = [SimNodeEndpoint(name, backend) for name, backend in nodes]
+        # Each simulated node's "disk" for its apply lock and MIG journal (node/state.py).
+        self.state_dir = state_dir or Path(tempfile.mkdtemp(prefix="gpuops-simstate-"))
         self.host_key = host_key
         self.client_key = client_key
         self.user = user
@@ -275,7 +280,8 @@ class SimFleetServer:
             return 1
         backend_name = options.get("--backend", "nvml")
         if backend_name == "sim":
-            agent = Agent(node.backend, "sim", hostname=node.name, inline=True)
+            state = str(self.state_dir / node.name)
+            agent = Agent(node.backend, "sim", hostname=node.name, inline=True, state_dir=state)
         else:
             reason = f"backend {backend_name!r} is not available on a simulated node (use --backend sim)"
             agent = Agent(None, backend_name, unavailable_reason=reason, hostname=node.name, inline=True)
