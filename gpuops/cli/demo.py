@@ -1,7 +1,9 @@
-"""`gpuops demo`: a simulated fleet over real SSH on loopback, watched live; stopped on exit.
+"""`gpuops demo`: a simulated fleet over real SSH on loopback, watched live in the TUI; stopped on exit.
 
-Until the TUI lands, the live view is `gpuops status`'s table; the fleet is the `silos` scenario
-(teams with busy, idle and MIG-carved nodes, one saturated team with queued work).
+The fleet is the `silos` scenario (teams with busy, idle and MIG-carved nodes, one saturated
+team with queued work), served by one background process; the TUI follows it like any fleet.yaml.
+Whatever ends the view (q, :q, ctrl-c, SIGTERM, the terminal closing), the fleet is stopped.
+Without a terminal (piped, in CI) the live table of `gpuops status` is printed instead.
 """
 
 from __future__ import annotations
@@ -21,15 +23,27 @@ def register(app: typer.Typer) -> None:
     def demo(
         nodes: int | None = typer.Option(None, "--nodes", "-n", help="How many simulated nodes (default 8)."),
         interval: float = typer.Option(1.0, "--interval", help="Refresh interval in seconds."),
+        plain: bool = typer.Option(
+            False,
+            "--plain",
+            help="A live table instead of the full-screen view (the default without a terminal).",
+        ),
+        readonly: bool = typer.Option(
+            False, "--readonly", help="Disable every action that changes the fleet."
+        ),
     ) -> None:
-        """Start a simulated fleet on loopback and watch it live (Ctrl-C stops both)."""
+        """Start a simulated fleet on loopback and watch it live (q quits and stops the fleet)."""
         from gpuops.cli.fleet import load_or_fail, run_live
+        from gpuops.cli.tui import fleet_source, is_terminal, run_tui
         from gpuops.fleet.simfleet import ScenarioError, SimFleetError, launch, stop
 
         if interval < 0.1:
             fail("--interval must be at least 0.1 seconds", code=2)
+        full_screen = not plain and is_terminal()
         with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as tmp:
             directory = Path(tmp) / "sim"
+            if full_screen:
+                typer.echo("starting a simulated fleet (silos scenario) on loopback…")
             try:
                 started = launch(directory, "silos", nodes)
             except ScenarioError as exc:
@@ -38,9 +52,15 @@ def register(app: typer.Typer) -> None:
                 fail(f"cannot start the simulated fleet: {exc}")
             try:
                 where = directory / "fleet.yaml"
-                typer.echo(f"simulated fleet up in {started.seconds:.1f}s ({where}); Ctrl-C stops it")
-                fleet = load_or_fail(directory / "fleet.yaml")
-                with contextlib.suppress(KeyboardInterrupt):
-                    asyncio.run(run_live(fleet, interval))
+                count = len(started.state.get("nodes", []))
+                if full_screen:
+                    label = f"simulated silos fleet, {count} nodes over SSH on loopback"
+                    source, ownership = fleet_source(where, f"{interval}s", label)
+                    run_tui(source, ownership, readonly)
+                else:
+                    typer.echo(f"simulated fleet up in {started.seconds:.1f}s ({where}); Ctrl-C stops it")
+                    fleet = load_or_fail(where)
+                    with contextlib.suppress(KeyboardInterrupt):
+                        asyncio.run(run_live(fleet, interval))
             finally:
                 typer.echo(stop(directory))

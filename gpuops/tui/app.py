@@ -7,7 +7,9 @@ collect, compute tenants or talk to nodes: they draw what `gpuops.fleet.views` c
 
 from __future__ import annotations
 
-import time
+import asyncio
+import contextlib
+import signal
 from collections.abc import Callable
 from typing import ClassVar, cast
 
@@ -17,7 +19,7 @@ from textual.binding import BindingType
 from textual.screen import Screen
 
 from gpuops.fleet.views import FilterError, parse_filter
-from gpuops.tui.feed import Feed, FleetSource, FleetState
+from gpuops.tui.feed import Feed, FleetState
 from gpuops.tui.keys import GLOBAL_KEYS, bindings
 from gpuops.tui.screens.base import ViewScreen
 from gpuops.tui.screens.detail import DetailScreen
@@ -94,25 +96,17 @@ class GpuopsApp(App[None]):
         readonly: bool = False,
         start: str = "gpus",
         destructive: frozenset[str] = DESTRUCTIVE_ACTIONS,
+        handle_signals: bool = False,
     ) -> None:
         super().__init__()
         self.feed = feed
         self.readonly = readonly
         self.start_view = start
         self.destructive = destructive
+        self.handle_signals = handle_signals
         self.fleet_state: FleetState | None = None
         self.history: list[str] = []
         self.published = 0
-
-    @classmethod
-    def for_source(cls, source: FleetSource, **kwargs: object) -> GpuopsApp:
-        from gpuops.fleet.views import Ownership
-
-        ownership = kwargs.pop("ownership", None)
-        clock = kwargs.pop("clock", time.time)
-        period = kwargs.pop("period", None)
-        feed = Feed(source, ownership if isinstance(ownership, Ownership) else None, clock, period)  # type: ignore[arg-type]
-        return cls(feed, **kwargs)  # type: ignore[arg-type]
 
     # ---- what screens read ------------------------------------------------------------------------
 
@@ -131,6 +125,13 @@ class GpuopsApp(App[None]):
     # ---- life --------------------------------------------------------------------------------------
 
     def on_mount(self) -> None:
+        if self.handle_signals:
+            # SIGTERM (kill) and SIGHUP (terminal closed) quit like q: the terminal is restored and
+            # whoever started us (gpuops demo) gets to stop what it started.
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(sig, self.exit)
         self.feed.source.start()
         self.switch_mode(self.start_view)
         self.run_worker(self.feed.run(self.publish), name="feed", group="feed", exclusive=True)

@@ -85,8 +85,7 @@ class SimSource:
     # ---- FleetSource ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._changed is None:
-            self._changed = asyncio.Event()
+        self._changed = asyncio.Event()  # of this loop (a source may serve one app after another)
         if self.auto:
             self._task = asyncio.create_task(self._run(), name="sim source")
 

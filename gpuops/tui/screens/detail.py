@@ -231,7 +231,8 @@ class DetailScreen(ViewScreen):
         if self.gpu_index is not None and table.row_count:
             keys = [k for k, _ in rows]
             if str(self.gpu_index) in keys and table.cursor_row != keys.index(str(self.gpu_index)):
-                table.move_cursor(row=keys.index(str(self.gpu_index)), animate=False)
+                with table.prevent(DataTable.RowHighlighted):
+                    table.move_cursor(row=keys.index(str(self.gpu_index)), animate=False)
         selected = find_gpu(view, self.gpu_index) if self.gpu_index is not None else None
         self.query_one("#gpu-panel", Static).update(gpu_panel(view, selected, state.ownership))
         self._processes(state, view)
