@@ -742,7 +742,7 @@ def check_carve(fleet: Fleet, ctx: CheckReport) -> None:
 
 def _check_entry(fleet: Fleet, ctx: CheckReport, i: int, entry: CarveEntry) -> None:
     here: DataPath = ("carve", i)
-    if not any(ctx.written((*here, kind)) for kind in KINDS):
+    if all(getattr(entry, kind) is None and not ctx.written((*here, kind)) for kind in KINDS):
         ctx.report(here, "an entry needs mig:, mps: or limiter:", "say what the selected GPUs should have")
     selected = _check_select(fleet, ctx, i, entry.select)
     if entry.mig is not None:
@@ -778,7 +778,7 @@ def _check_select(fleet: Fleet, ctx: CheckReport, i: int, select: Select) -> lis
             ctx.report(
                 ("carve", i, "select", "gpus"),
                 f"selects no GPU: the selected nodes are labelled as other models "
-                f"({node.name}: {key}={show(model)})",
+                f"({node.name}: {key}={show(node.labels.get(key, model))})",
                 "fix the model, the node selector or the nodes' labels",
             )
     return nodes
@@ -793,7 +793,7 @@ def _mig_candidates(entry: CarveEntry, nodes: Sequence[Node]) -> tuple[dict[str,
         for name in gpus.model:
             found = find_model(name)
             if found is not None:
-                models.setdefault(found.key, "the entry's gpus.model")
+                models.setdefault(found.key, f"the entry selects {found.key} GPUs")
         return models, False
     unknown = False
     for node in nodes:
@@ -806,6 +806,12 @@ def _mig_candidates(entry: CarveEntry, nodes: Sequence[Node]) -> tuple[dict[str,
     return models, unknown or not nodes
 
 
+def _given(spec: object, key: str, ctx: CheckReport, path: DataPath) -> bool:
+    """Whether a setting is given: written in the file, or set (a fleet built in code)."""
+    value = getattr(spec, key)
+    return ctx.written(path) or (value is not None and value != {} and value != [])
+
+
 def _check_mig(ctx: CheckReport, i: int, entry: CarveEntry, nodes: Sequence[Node]) -> None:
     spec = entry.mig
     assert spec is not None
@@ -813,7 +819,7 @@ def _check_mig(ctx: CheckReport, i: int, entry: CarveEntry, nodes: Sequence[Node
     instances = spec.profiles is not None or spec.placements is not None
     if not spec.enabled:
         for key in ("profiles", "placements", "compute"):
-            if ctx.written((*base, key)):
+            if _given(spec, key, ctx, (*base, key)):
                 ctx.report(
                     (*base, key),
                     f"{key} with MIG disabled",
@@ -857,8 +863,9 @@ def _check_mig(ctx: CheckReport, i: int, entry: CarveEntry, nodes: Sequence[Node
                     f"{show(name)} has no MIG in gpuops' catalog",
                     f"MIG models: {', '.join(MODELS)}",
                 )
-    if not instances:
-        return
+    pruned = [n for n, split in spec.compute.items() if not split and ctx.written((*base, "compute", n, 0))]
+    if not instances or pruned:
+        return  # (a compute split with a bad item: that item's error says it)
     models, unknown = _mig_candidates(entry, nodes)
     for key, why in models.items():
         layout = mig_layout_for_model(d, MODELS[key])
@@ -902,7 +909,7 @@ def _check_mps(fleet: Fleet, ctx: CheckReport, i: int, spec: MpsSpec) -> None:
     base: DataPath = ("carve", i, "mps")
     if not spec.enabled:
         for key in ("active_thread_percentage", "pinned_memory_limit", "per_tenant"):
-            if ctx.written((*base, key)):
+            if _given(spec, key, ctx, (*base, key)):
                 ctx.report(
                     (*base, key),
                     f"{key} with MPS disabled",
@@ -924,7 +931,7 @@ def _check_limiter(fleet: Fleet, ctx: CheckReport, i: int, spec: LimiterSpec) ->
     base: DataPath = ("carve", i, "limiter")
     if not spec.enabled:
         for key in ("policy", "tenants"):
-            if ctx.written((*base, key)):
+            if _given(spec, key, ctx, (*base, key)):
                 ctx.report(
                     (*base, key),
                     f"{key} with the limiter disabled",
@@ -987,7 +994,7 @@ def _select_key(select: Select) -> tuple[object, ...]:
     s = parse_selector(select.nodes)
     gpus = select.gpus
     key: tuple[object, ...] = (frozenset(s.names), frozenset(str(t) for t in s.labels))
-    if gpus is None:
+    if gpus is None or (gpus.indices is None and gpus.uuids is None and gpus.model is None):
         return (*key, None)
     return (
         *key,
@@ -1080,9 +1087,7 @@ def desired_for(
         if found is not None and mig.enabled and not mig.keeps_instances:
             layout = mig_layout_for_model(mig, found)
             if not layout.ok:
-                hint = (
-                    f"{model} at {gpu.describe()}; try: gpuops mig check {model} {_check_args(mig)}".rstrip()
-                )
+                hint = f"{gpu.describe()} is an {model}; try: gpuops mig check {model} {_check_args(mig)}"
                 issues.append(
                     doc.issue(("carve", w, "mig", *layout.path), layout.reason, hint, at_key=layout.at_key)
                 )

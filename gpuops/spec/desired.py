@@ -149,6 +149,8 @@ def check_instance_count(value: Any) -> int:
 def _size(value: Any, what: str) -> int:
     if isinstance(value, bool) or value is None or not isinstance(value, (int, float, str)):
         raise FieldProblem(f"expected a size such as 20GiB (got {show(value)})")
+    if isinstance(value, (int, float)) and value <= 0:
+        raise FieldProblem(f"{what} must be more than 0 (got {show(value)})", "leave it out for no limit")
     if isinstance(value, (int, float)):
         raise FieldProblem(
             f"a size needs a unit (got {show(value)})", f"write e.g. {show(value)}GiB or {show(value)}MiB"
@@ -266,11 +268,11 @@ def check_gpu_model(value: Any) -> str:
         return found.key
     if not MODEL_TEXT_RE.match(text) or not normalize_model_name(text):
         raise FieldProblem(f"not a GPU model name (got {show(text)})", "e.g. H100-80GB, A100-80GB, L40S")
-    if normalize_model_name(text) in ("a100", "h100", "h200", "a30-24", "nvidia"):
+    short = normalize_model_name(text)
+    prefixed = sorted(m.key for m in MODELS.values() if normalize_model_name(m.key).startswith(short + "-"))
+    if prefixed:
         raise FieldProblem(
-            f"ambiguous GPU model {show(text)}",
-            closest(text, [k for m in MODELS.values() for k in (m.key, *m.aliases)])
-            or "name the memory size too: A100-SXM4-40GB, A100-80GB, H100-80GB, H100-PCIE-80GB",
+            f"ambiguous GPU model {show(text)}", f"name the memory size too: {', '.join(prefixed)}"
         )
     return text
 

@@ -29,6 +29,8 @@ _MISSING_HINTS = {
     "nodes": "list the GPU servers under nodes:, each with at least a host",
     "host": "the DNS name, IP address or ~/.ssh/config alias to reach the node",
     "name": "a node needs a name when its host is not usable as one (an IPv6 address)",
+    "enabled": "enabled: true or enabled: false",
+    "select": "which GPUs: select: {nodes: gpu-a-*, gpus: 0-3}",
 }
 
 # Local paths in the file (under the top-level ssh: and each node's ssh:) are relative to the
