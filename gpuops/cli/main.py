@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "gpuops.cli.fleet",
     "gpuops.cli.sim",
     "gpuops.cli.demo",
+    "gpuops.cli.tui",
     "gpuops.cli.limiter",
 )
 

@@ -73,6 +73,7 @@ def local_source(interval: str | None, backend: str, sim_spec: str | None) -> Lo
     from gpuops.fleet.agent_client import AgentError
     from gpuops.tui.feed import LocalSource
 
+    every = parse_interval(interval, 1.0)
     try:
         error = asyncio.run(_local_backend_error(backend, sim_spec))
     except AgentError as exc:
@@ -86,7 +87,7 @@ def local_source(interval: str | None, backend: str, sim_spec: str | None) -> Lo
                 " — to try gpuops without a GPU: gpuops demo (a simulated fleet), or gpuops tui -f fleet.yaml"
             )
         fail(f"cannot read this host's GPUs: {error}{hint}")
-    return LocalSource(parse_interval(interval, 1.0), backend, sim_spec)
+    return LocalSource(every, backend, sim_spec)
 
 
 def run_tui(source: FleetSource, ownership: Ownership, readonly: bool) -> None:
