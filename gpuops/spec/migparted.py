@@ -124,6 +124,8 @@ def _read_top(r: _Reader, data: dict[str, Any]) -> dict[str, Any]:
 
 def _read_label(r: _Reader, name: str, value: Any) -> list[dict[str, Any]]:
     path: DataPath = ("mig-configs", name)
+    if value is None:
+        value = []
     if not isinstance(value, list):
         r.error(path, f"expected a list of specs (got {show(value)})")
         return []
@@ -332,7 +334,11 @@ def _layout(
         lacking = [k for k, m in keys.items() if m.find_profile(gi_name) is None]
         if not having or (models and lacking):
             where = f"{', '.join(lacking)} (device-filter)" if models else "any catalog model"
-            r.error((*path, key), f"{gi_name} is not a profile of {where}", _profile_hint(key), at_key=True)
+            hint = _profile_hint(key)
+            if models:
+                first = keys[lacking[0]]
+                hint = f"{first.key} has {', '.join(p.name for p in first.profiles)}"
+            r.error((*path, key), f"{gi_name} is not a profile of {where}", hint, at_key=True)
             continue
         gi = having[0].profile(gi_name)
         ci = CI_LEVEL_RE.match(key)
