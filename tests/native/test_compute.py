@@ -114,10 +114,10 @@ def test_best_effort_alone_is_not_limited(lab: Lab) -> None:
 
 def test_burst_share_uses_idle_time_and_falls_back_quickly(lab: Lab) -> None:
     lab.table("tenant a compute=30% policy=burst-share", "tenant b compute=70% policy=burst-share")
-    b = spin(lab, "b", 3.0, LONG)
+    b = spin(lab, "b", 4.0, LONG)
     read_until(b, "ready")
     time.sleep(1.2)
-    a = spin(lab, "a", 1.5, SHORT)
+    a = spin(lab, "a", 2.5, SHORT)
     finish(a, b)
     ks = lab.fake.kernels()
     b0, a0, a1 = first_start(ks, b.pid), first_start(ks, a.pid), last_end(ks, a.pid)
@@ -127,7 +127,7 @@ def test_burst_share_uses_idle_time_and_falls_back_quickly(lab: Lab) -> None:
     assert split(ks, a.pid, b.pid, a0, a0 + 200 * MS) >= 0.28
     assert split(ks, a.pid, b.pid, a0 + 200 * MS, a1) >= 0.28
     # ... while the other keeps the rest (its guarantee is 70%)
-    assert split(ks, b.pid, a.pid, a0 + 200 * MS, a1) >= 0.67
+    assert split(ks, b.pid, a.pid, a0 + 200 * MS, a1) >= 0.65
 
 
 def test_offline_yields_to_online_and_takes_the_idle_time(lab: Lab) -> None:
