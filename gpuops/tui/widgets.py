@@ -43,11 +43,14 @@ class TopBar(Static):
 
 
 class StatusBar(Static):
-    """Nodes live/stale/unreachable, data age, interval, filter and sort, and the key hints."""
+    """Nodes live/stale/unreachable, data age, interval, filter and sort; the key hints on the right
+    (on a narrow terminal the figures give way first, never '? help')."""
 
     DEFAULT_CSS = """
     StatusBar { height: 1; background: $panel; }
     """
+
+    HINTS = "? help  q quit "
 
     def draw(
         self,
@@ -77,17 +80,23 @@ class StatusBar(Static):
             text.append("│ ", style="dim")
             text.append(f"data {render.age(age)} old " if age is not None else "no live data ")
             text.append(f"│ every {render.age(interval)} ", style="dim")
+        if readonly:
+            text.append("│ READONLY ", style="bold #ffaf00")
         if filter_text:
             text.append("│ ", style="dim")
             text.append(f"/{filter_text} ", style="bold #ffd75f")
         if sort:
             text.append(f"│ sort {sort} ", style="dim")
-        if readonly:
-            text.append("│ READONLY ", style="bold #ffaf00")
         if message:
             text.append("│ ", style="dim")
             text.append(message + " ", style="bold")
-        text.append("│ ? help  : views  / filter  q quit", style="dim")
+        width = self.size.width or 160
+        room = width - len(self.HINTS) - 1
+        if text.cell_len > room:
+            text.truncate(max(0, room - 1))
+            text.append("…")
+        text.append(" " * max(1, width - text.cell_len - len(self.HINTS)))
+        text.append(self.HINTS, style="dim")
         self.update(text)
 
 
@@ -185,36 +194,42 @@ class TeamHeader(Static):
         if f.unknown:
             text.append(f" · {f.unknown} without data", style="red")
         text.append(f" · util {render.percent(f.util)} · mem {render.share(f.memory_used, f.memory_total)}")
-        text.append("   cell ", style="dim")
-        text.append(" 96", style=render.util_style(96))
-        text.append(" 80", style=render.mem_style(80))
-        text.append(" util% mem%  ", style="dim")
-        text.append("  0", style=render.util_style(0))
-        text.append(" idle  ", style="dim")
-        text.append(" 3g", style=render.SLICE_BUSY)
-        text.append(" 79", style=render.mem_style(79))
-        text.append(" MIG slice  ? help", style="dim")
-        chips = [self._chip(t) for t in self.teams if t.owned or t.used]
+        legend = Text("   cell ", style="dim")
+        legend.append(" 96", style=render.util_style(96))
+        legend.append(" 80", style=render.mem_style(80))
+        legend.append(" util% mem%  ", style="dim")
+        legend.append("  0", style=render.util_style(0))
+        legend.append(" idle  ", style="dim")
+        legend.append(" 3g", style=render.SLICE_BUSY)
+        legend.append(" 79", style=render.mem_style(79))
+        legend.append(" MIG slice", style="dim")
+        if text.cell_len + legend.cell_len <= width:
+            text.append_text(legend)
+        for line in self._chip_lines([self._chip(t) for t in self.teams if t.owned or t.used], width):
+            text.append("\n")
+            text.append_text(line)
+        return text
+
+    def _chip_lines(self, chips: list[Text], width: int) -> list[Text]:
+        """Chips flowed into at most MAX_LINES lines; the last says how many did not fit."""
+        lines: list[Text] = []
         line = Text()
-        lines = 0
         for i, chip in enumerate(chips):
-            if line.cell_len and line.cell_len + 3 + chip.cell_len > width:
-                lines += 1
-                if lines >= self.MAX_LINES:
-                    text.append("\n")
-                    text.append_text(line)
-                    text.append(f"  … +{len(chips) - i} teams (:tenants)", style="dim")
-                    return text
-                text.append("\n")
-                text.append_text(line)
+            last = len(lines) == self.MAX_LINES - 1
+            room = width - (len(f"  … +{len(chips)} teams (:tenants)") if last and i < len(chips) - 1 else 0)
+            if line.cell_len and line.cell_len + 3 + chip.cell_len > room:
+                if last:
+                    line.append(f"  … +{len(chips) - i} teams (:tenants)", style="dim")
+                    lines.append(line)
+                    return lines
+                lines.append(line)
                 line = Text()
             if line.cell_len:
                 line.append(" │ ", style="dim")
             line.append_text(chip)
         if line.cell_len:
-            text.append("\n")
-            text.append_text(line)
-        return text
+            lines.append(line)
+        return lines
 
     @staticmethod
     def _chip(t: TenantRow) -> Text:

@@ -84,10 +84,9 @@ def slice_bar(count: int, spans: tuple[SliceSpan, ...]) -> Text:
             lines = ("free", "not carved", "")
         else:
             style = render.SLICE_BUSY if span.processes else render.SLICE_IDLE
-            mem = f"mem {render.percent(span.memory)}" if span.memory is not None else "mem n/a"
             lines = (
                 span.profile,
-                f"GI {span.instance} · {mem}",
+                f"GI{span.instance} {render.percent(span.memory)}",
                 ", ".join(span.tenants) if span.tenants else ("idle" if not span.processes else ""),
             )
         for row, line in zip(rows, lines, strict=True):
@@ -150,9 +149,10 @@ def gpu_panel(view: NodeView, gpu: Gpu | None, ownership: Ownership) -> RichGrou
                 if span.instance is not None:
                     cis = ", ".join(span.compute) or "no compute instance"
                     last = span.start + span.size - 1
+                    where = f"slice {span.start}" if span.size == 1 else f"slices {span.start}-{last}"
                     parts.append(
                         Text(
-                            f"  GI {span.instance} {span.profile}: slices {span.start}-{last}"
+                            f"  GI {span.instance} {span.profile}: {where}"
                             f" · compute instances: {cis} · {span.processes} process(es)",
                             style="dim",
                         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -135,10 +134,6 @@ class TenantsScreen(ViewScreen):
             panel.update(Text("no team matches", style="dim"))
             return
         history = state.history
-        grid = Table.grid(padding=(0, 1), expand=True)
-        grid.add_column(no_wrap=True, style="bold")
-        grid.add_column(ratio=1, no_wrap=True)
-        grid.add_column(no_wrap=True, justify="right")
         head = Text()
         head.append(row.team, style="bold #87afd7")
         head.append(
@@ -147,22 +142,24 @@ class TenantsScreen(ViewScreen):
             f" · idle {render.gpus(row.idle)} · waste {render.gpus(row.waste)}"
             f" · {row.processes} processes"
         )
-        grid.add_row(head, "", "")
-        width = max(10, self.size.width - 16 - 42 - 6)
+        lines = [head]
+        full = self.size.width - 4 >= 16 + 20 + 40
+        width = max(10, self.size.width - 4 - 16 - (40 if full else 13))
         points = history.points
-        span = render.age((history.last or 0) - (history.started or 0)) if points > 1 else "now"
         for series, title, kind, top in PANEL:
             values = history.values(row.team, series)
             peak = top if top is not None else max(values, default=0.0)
             now = values[-1] if values else 0.0
             low, high = min(values, default=0.0), max(values, default=0.0)
-            grid.add_row(
-                f"{title:>15}",
-                Text(render.sparkline(values, width, peak if peak > 0 else None), style="#87d7ff"),
-                f"now {_fmt(kind, now):>7}  min {_fmt(kind, low):>7}  max {_fmt(kind, high):>7}",
-            )
-        grid.add_row("", Text(f"over the session ({span}, {points} points)", style="dim"), "")
-        panel.update(grid)
+            line = Text(f"{title:>15} ", style="bold")
+            line.append(render.sparkline(values, width, peak if peak > 0 else None), style="#87d7ff")
+            line.append(f"  now {_fmt(kind, now):>7}")
+            if full:
+                line.append(f"  min {_fmt(kind, low):>7}  max {_fmt(kind, high):>7}", style="dim")
+            lines.append(line)
+        span = render.age((history.last or 0) - (history.started or 0)) if points > 1 else "now"
+        lines.append(Text(f"{'':>15} over the session: {span}, {points} points", style="dim"))
+        panel.update(Text("\n").join(lines))
 
     @on(DataTable.RowHighlighted)
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
