@@ -486,7 +486,7 @@ def node_model(node: Node) -> tuple[str | None, str]:
 
 
 class _Selectors:
-    """Parsed selectors of the entries, cached."""
+    """Parsed selectors of the entries, and which entries select which node, cached."""
 
     def __init__(self, entries: Sequence[CarveEntry]) -> None:
         self.nodes: list[Selector] = []
@@ -497,6 +497,26 @@ class _Selectors:
             self.indices.append(
                 parse_gpu_indices(gpus.indices) if gpus is not None and gpus.indices is not None else None
             )
+        self._hits: dict[str, tuple[Node, list[bool]]] = {}
+
+    def selects(self, i: int, node: Node) -> bool:
+        """Whether entry i's node selector selects `node`."""
+        cached = self._hits.get(node.name)
+        if cached is None or cached[0] is not node:
+            cached = (node, [sel.matches(node.name, node.labels) for sel in self.nodes])
+            self._hits[node.name] = cached
+        return cached[1][i]
+
+
+def selectors_for(fleet: Fleet) -> _Selectors:
+    """The fleet's parsed carve selectors, kept on the fleet while its carve list is the same."""
+    key = (id(fleet.carve), len(fleet.carve))
+    cached = fleet._carve_selectors
+    if isinstance(cached, tuple) and cached[0] == key and isinstance(cached[1], _Selectors):
+        return cached[1]
+    sel = _Selectors(fleet.carve)
+    fleet._carve_selectors = (key, sel)
+    return sel
 
 
 def _explicit(gpus: GpuSelect | None) -> bool:
@@ -505,7 +525,7 @@ def _explicit(gpus: GpuSelect | None) -> bool:
 
 def _match(entry: CarveEntry, i: int, sel: _Selectors, gpu: GpuView) -> int:
     """Whether entry i selects the GPU: YES, NO, or MAYBE (not known before plan time)."""
-    if not sel.nodes[i].matches(gpu.node.name, gpu.node.labels):
+    if not sel.selects(i, gpu.node):
         return NO
     gpus = entry.select.gpus
     if gpus is None:
@@ -724,7 +744,7 @@ def check_carve(fleet: Fleet, ctx: CheckReport) -> None:
         indices: set[int] = set()
         for i in range(len(entries)):
             found = sel.indices[i]
-            if found is not None and sel.nodes[i].matches(node.name, node.labels):
+            if found is not None and sel.selects(i, node):
                 indices |= found
         for index in [*sorted(indices), None]:
             gpu = GpuView(node, index, None, label_model, live=False)
@@ -1051,7 +1071,7 @@ def desired_for(
     entries = fleet.carve
     if not entries:
         return DesiredGpu(node.name, gpu_index, gpu_uuid, model)
-    sel = _Selectors(entries)
+    sel = selectors_for(fleet)
     issues: list[SpecIssue] = []
 
     def emit(path: DataPath, message: str, hint: str = "", *, at_key: bool = False) -> None:

@@ -193,6 +193,7 @@ class Fleet(SpecModel):
 
     _index: _Index | None = PrivateAttr(default=None)
     _doc: Document | None = PrivateAttr(default=None)  # where things are written, when loaded
+    _carve_selectors: Any = PrivateAttr(default=None)  # carve.selectors_for's cache
 
     def __eq__(self, other: object) -> bool:
         # The lookup index is a cache, not part of the value.
