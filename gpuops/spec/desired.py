@@ -405,14 +405,43 @@ def _gpu_shorthand(value: Any) -> Any:
     raise FieldProblem(f"expected GPU indices, UUIDs or {{model: ...}} (got {show(value)})")
 
 
+def _gpus_schema(schema: dict[str, Any]) -> None:
+    """The short forms (3, "0-3", [0, 1], a UUID or a list of them) are valid too."""
+    mapping = {k: v for k, v in schema.items() if k not in ("title", "description")}
+    for key in mapping:
+        del schema[key]
+    schema["anyOf"] = [
+        mapping,
+        {"type": "integer", "minimum": 0, "maximum": MAX_GPU_INDEX},
+        {"type": "string", "description": "GPU indices (3, 0-3, 4,5) or GPU UUIDs, comma-separated"},
+        {"type": "array", "items": {"type": ["integer", "string"]}},
+    ]
+
+
 class GpuSelect(SpecModel):
     """Which GPUs of the selected nodes: by index, by UUID, by model, or a model and indices."""
+
+    model_config = ConfigDict(json_schema_extra=_gpus_schema)
 
     indices: GpuKey | None = None
     """GPU indices as NVML numbers them: 3, "0-3", "4,5", "0-1,6"."""
     uuids: list[GpuUuid] | None = None
     """GPU UUIDs as nvidia-smi -L shows them."""
-    model: Annotated[list[GpuModelName], BeforeValidator(_as_list)] | None = None
+    model: (
+        Annotated[
+            list[GpuModelName],
+            BeforeValidator(_as_list),
+            WithJsonSchema(
+                {
+                    "anyOf": [
+                        {"type": "string", "examples": sorted(MODELS)},
+                        {"type": "array", "items": {"type": "string"}},
+                    ]
+                }
+            ),
+        ]
+        | None
+    ) = None
     """GPU model(s): H100-80GB, A100-80GB (any spelling gpuops mig models accepts), or another
     model's name (L40S). With indices: those GPUs, when they are of that model."""
 

@@ -34,5 +34,8 @@ def _allow_empty_mappings(node: Any) -> None:
             for name, sub in members.items():
                 if isinstance(sub, dict) and set(sub) == {"$ref"}:
                     members[name] = {"anyOf": [sub, {"type": "null"}]}
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict) and set(extra) == {"$ref"}:
+        node["additionalProperties"] = {"anyOf": [extra, {"type": "null"}]}
     for value in node.values():
         _allow_empty_mappings(value)

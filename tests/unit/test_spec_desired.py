@@ -21,6 +21,7 @@ from gpuops.spec import (
     Team,
     check_fleet,
     dump_fleet,
+    fleet_json_schema,
     load_fleet,
     mig_layout_for_model,
     parse_fleet,
@@ -973,3 +974,19 @@ def test_dump_writes_carve_back() -> None:
     assert "pinned_memory_limit: 8GiB" in text and "gpus: {model: L40S}" in text
     back = parse_fleet(text, "dumped.yaml")
     assert back == fleet and back.carve == fleet.carve
+
+
+def test_the_schema_describes_carve() -> None:
+    schema = fleet_json_schema()
+    assert schema["properties"]["carve"]["items"] == {"$ref": "#/$defs/CarveEntry"}
+    entry = schema["$defs"]["CarveEntry"]
+    assert entry["required"] == ["select"] and entry["additionalProperties"] is False
+    gpus = schema["$defs"]["GpuSelect"]["anyOf"]
+    assert gpus[0]["type"] == "object" and {"type": "integer", "minimum": 0, "maximum": 255} in gpus
+    assert "3g.40gb" in schema["$defs"]["MigSpec"]["properties"]["profiles"]["anyOf"][0]["propertyNames"]["enum"]
+    tenant = schema["$defs"]["LimiterTenantSpec"]["properties"]
+    assert set(tenant) == {"memory", "compute", "policy", "class"}
+    assert all("description" in spec for spec in tenant.values())
+    # a tenant written empty (nlp:) is a valid tenant
+    tenants = schema["$defs"]["LimiterSpec"]["properties"]["tenants"]
+    assert {"type": "null"} in tenants["additionalProperties"]["anyOf"]
