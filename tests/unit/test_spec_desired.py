@@ -983,7 +983,9 @@ def test_the_schema_describes_carve() -> None:
     assert entry["required"] == ["select"] and entry["additionalProperties"] is False
     gpus = schema["$defs"]["GpuSelect"]["anyOf"]
     assert gpus[0]["type"] == "object" and {"type": "integer", "minimum": 0, "maximum": 255} in gpus
-    assert "3g.40gb" in schema["$defs"]["MigSpec"]["properties"]["profiles"]["anyOf"][0]["propertyNames"]["enum"]
+    assert (
+        "3g.40gb" in schema["$defs"]["MigSpec"]["properties"]["profiles"]["anyOf"][0]["propertyNames"]["enum"]
+    )
     tenant = schema["$defs"]["LimiterTenantSpec"]["properties"]
     assert set(tenant) == {"memory", "compute", "policy", "class"}
     assert all("description" in spec for spec in tenant.values())
