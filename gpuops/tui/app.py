@@ -70,7 +70,7 @@ class GpuopsApp(App[None]):
     CSS = """
     #bottom-bars { dock: bottom; height: auto; }
     DataTable { height: 1fr; }
-    #tenants-table { height: 1fr; min-height: 6; }
+    #tenants-table { height: auto; max-height: 70%; }
     #tenant-panel { height: auto; max-height: 12; border-top: solid $panel; padding: 0 1; }
     #events-empty { height: auto; padding: 1 2; color: $text-muted; }
     #detail { height: 1fr; }

@@ -284,7 +284,7 @@ def test_unreachable_node_shown_with_age_and_reason_then_recovered(
         app.publish(app.feed.build())
         await pilot.pause()
         rows = table_rows(app)
-        assert [r[3] for r in rows[:2]] == ["back live", "unreachable"]
+        assert [r[3] for r in rows[:2]] == ["back", "unreachable"]
         await command(pilot, "gpus")
         line = next(s for s in grid_text(app).splitlines() if "sim-speech-01" in s)
         assert "●" in line and "unreachable" not in line

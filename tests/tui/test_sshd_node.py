@@ -74,7 +74,7 @@ def test_a_killed_node_turns_unreachable_and_recovers(sshd_loopback: Sshd) -> No
         await pilot.pause()
         assert isinstance(app.screen, EventsScreen)
         kinds = [row[3] for row in table_rows(app) if row[2] == "gpu-a"]
-        assert kinds[:2] == ["back live", "unreachable"]
+        assert kinds[:2] == ["back", "unreachable"]
         await pilot.press("q")
 
     async def main() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuops.core.model import GpuProcess
-from gpuops.fleet.collector import LIVE, UNREACHABLE, FleetEvent
+from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, FleetEvent
 from gpuops.fleet.views import (
     BY_NODE,
     BY_TEAM,
@@ -184,11 +184,25 @@ def test_mig_layout_and_processes(source: SimSource, clock: Clock) -> None:
     assert {p.tenant for p in procs} <= {"chat", "research", "vision"}
 
 
-def test_events_newest_first_and_filtered() -> None:
-    events = [FleetEvent(1.0, "a", UNREACHABLE, "refused"), FleetEvent(2.0, "b", LIVE, "live")]
-    assert [e.node for e in event_rows(events)] == ["b", "a"]
-    assert [e.node for e in event_rows(events, parse_filter("refused"))] == ["a"]
-    assert [e.node for e in event_rows(events, sort="node")] == ["a", "b"]
+def test_events_in_words_newest_first_and_filtered() -> None:
+    events = [
+        FleetEvent(1.0, "a", LIVE, "live"),
+        FleetEvent(2.0, "b", LIVE, "live"),
+        FleetEvent(10.0, "a", STALE, "no sample for 3s"),
+        FleetEvent(20.0, "a", UNREACHABLE, "refused"),
+        FleetEvent(95.0, "a", LIVE, "live"),
+    ]
+    rows = event_rows(events)
+    assert [(e.node, e.what) for e in rows] == [
+        ("a", "back"),
+        ("a", "unreachable"),
+        ("a", "stale"),
+        ("b", "up"),
+        ("a", "up"),
+    ]
+    assert rows[0].message == "stale for 1m25s" and rows[-1].message == "first sample"
+    assert [e.what for e in event_rows(events, parse_filter("refused"))] == ["unreachable"]
+    assert [e.node for e in event_rows(events, sort="node")] == ["a", "a", "a", "a", "b"]
 
 
 def test_sparkline() -> None:

@@ -20,7 +20,6 @@ from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, refill, screen_bindings
 
 KIND_STYLE = {LIVE: "green", STALE: "yellow", UNREACHABLE: "bold red", "agent-error": "#ff875f"}
-KIND_TEXT = {LIVE: "back live", STALE: "stale", UNREACHABLE: "unreachable", "agent-error": "agent error"}
 
 
 class EventsScreen(ViewScreen):
@@ -33,7 +32,7 @@ class EventsScreen(ViewScreen):
     SORTS: ClassVar[dict[str, tuple[str, str]]] = {
         "T": ("time", "time (newest first)"),
         "N": ("node", "node"),
-        "K": ("kind", "kind"),
+        "W": ("kind", "what happened"),
     }
     DEFAULT_SORT = "time"
     FILTER_HINT = "matches node, kind and message; !re hides matches"
@@ -41,7 +40,7 @@ class EventsScreen(ViewScreen):
 
     def compose_body(self) -> ComposeResult:
         table: DataTable[object] = DataTable(id="events-table", cursor_type="row", zebra_stripes=True)
-        for column in ("Time", "Ago", "Node", "Kind", "Message"):
+        for column in ("Time", "Ago", "Node", "What", "Message"):
             table.add_column(column, key=column.lower())
         yield table
         yield Static(
@@ -64,7 +63,7 @@ class EventsScreen(ViewScreen):
                         stamp,
                         Text(render.age(max(0.0, state.time - e.time)), justify="right"),
                         Text(e.node, style="bold"),
-                        Text(KIND_TEXT.get(e.kind, e.kind), style=KIND_STYLE.get(e.kind, "")),
+                        Text(e.what, style=KIND_STYLE.get(e.kind, "")),
                         e.message,
                     ),
                 )

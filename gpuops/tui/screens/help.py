@@ -28,6 +28,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 FIGURES: tuple[tuple[str, str], ...] = (
     ("busy", "a GPU at least 5% utilized or with a process; a MIG slice with a process"),
     ("idle", "owned capacity that is not busy (free MIG slices included)"),
+    ("owned", "GPUs a team owns (fleet.yaml); '8 (2?)': 2 of them on nodes without current data"),
     ("used", "GPU-equivalents holding a team's processes, on any team's GPUs"),
     ("borrowed", "what a team uses on GPUs other teams own"),
     ("GPU-time", "utilization-weighted GPU-equivalents: a GPU at 50% is 0.5"),

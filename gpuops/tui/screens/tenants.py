@@ -140,7 +140,7 @@ class TenantsScreen(ViewScreen):
             f"  owns {row.owned} GPUs ({render.size(row.memory_owned)}) · uses {render.gpus(row.used)}"
             f" · borrows {render.gpus(row.borrowed)} · lends {render.gpus(row.lent)}"
             f" · idle {render.gpus(row.idle)} · waste {render.gpus(row.waste)}"
-            f" · {row.processes} processes"
+            f" · {row.processes} process{'es' if row.processes != 1 else ''}"
         )
         lines = [head]
         full = self.size.width - 4 >= 16 + 20 + 40
@@ -148,7 +148,9 @@ class TenantsScreen(ViewScreen):
         points = history.points
         for series, title, kind, top in PANEL:
             values = history.values(row.team, series)
-            peak = top if top is not None else max(values, default=0.0)
+            # Figures on the scale of what the team owns: a flat line is not always a full bar.
+            scale = float(row.memory_owned) if series == "memory" else float(row.owned)
+            peak = top if top is not None else max(scale, max(values, default=0.0))
             now = values[-1] if values else 0.0
             low, high = min(values, default=0.0), max(values, default=0.0)
             line = Text(f"{title:>15} ", style="bold")
