@@ -453,6 +453,12 @@ class GpuView:
         return False if self.live and self.model is not None else None
 
     @property
+    def mig_doubtful(self) -> bool:
+        """Load time: the node's label names a model outside the MIG catalog (a GPU without MIG,
+        or one gpuops does not know): whether an entry by node or model applies is left to plan."""
+        return not self.live and self.model is not None and self.mig_model is None
+
+    @property
     def memory_total(self) -> int | None:
         if self.memory is not None:
             return self.memory
@@ -552,8 +558,11 @@ def _match_kind(entry: CarveEntry, i: int, sel: _Selectors, gpu: GpuView, kind: 
     m = _match(entry, i, sel, gpu)
     # mig: on a GPU without MIG, an entry selecting by node or model skips it (as mig-parted
     # skips such GPUs under devices: all); one naming it by index or UUID is an error (below).
-    if kind == "mig" and m != NO and gpu.mig_capable is False:
-        return NO
+    if kind == "mig" and m != NO:
+        if gpu.mig_capable is False:
+            return NO
+        if gpu.mig_doubtful and not _explicit(entry.select.gpus):
+            return MAYBE
     return m
 
 
@@ -1125,12 +1134,6 @@ def entry_location(doc: Document, i: int) -> str:
     """'fleet.yaml:30:5': where carve entry i is written ('carve[i]' when not known)."""
     line, column = doc.position(("carve", i), at_key=True)
     return f"{doc.file}:{line}:{column}" if line else format_path(("carve", i))
-
-
-def nodes_of(fleet: Fleet, entry: CarveEntry) -> list[Node]:
-    """The nodes an entry selects, in file order."""
-    selector = parse_selector(entry.select.nodes)
-    return [n for n in fleet.nodes if selector.matches(n.name, n.labels)]
 
 
 __all__ = [

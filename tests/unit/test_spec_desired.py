@@ -992,3 +992,30 @@ def test_the_schema_describes_carve() -> None:
     # a tenant written empty (nlp:) is a valid tenant
     tenants = schema["$defs"]["LimiterSpec"]["properties"]["tenants"]
     assert {"type": "null"} in tenants["additionalProperties"]["anyOf"]
+
+
+def test_mig_for_every_node_leaves_a_node_labelled_without_mig_to_the_plan() -> None:
+    fleet = parse_fleet(
+        textwrap.dedent(
+            """\
+            version: 1
+            teams: {vision: {}}
+            nodes:
+              - {name: gpu-a-01, host: h1, labels: {model: h100-80gb}}
+              - {name: l40s-01, host: h2, labels: {model: l40s}}
+            carve:
+              - select: {nodes: "*"}
+                mig: {enabled: true, profiles: {"7g.80gb": 1}}
+              - select: {nodes: l40s-01}
+                limiter: {tenants: {vision: {compute: 30%}}}
+            """
+        ),
+        "f.yaml",
+    )
+    l40s = fleet.desired_for("l40s-01", 0, UUID, "NVIDIA L40S")
+    assert l40s.ok and l40s.mig is None and l40s.limiter is not None
+    # were it a MIG GPU after all, the plan says so
+    odd = fleet.desired_for("l40s-01", 0, UUID, "NVIDIA H100 80GB HBM3")
+    assert [p.message for p in odd.problems] == [
+        "the limiter cannot share a GPU in MIG mode (MIG from carve[0]), on l40s-01 GPU 0"
+    ]
