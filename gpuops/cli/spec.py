@@ -129,8 +129,10 @@ def import_mig_parted(
         Optional[Path], typer.Option("--output", "-o", help="Write the carve: section to this file.")
     ] = None,
 ) -> None:
-    """Convert a mig-parted config (one label) into fleet.yaml carve: entries, printed to paste
-    under carve: (or written with -o). Mistakes: one located line each on stderr, exit 1."""
+    """Convert a mig-parted config (one label) into fleet.yaml carve: entries.
+
+    The entries are printed to paste under carve: (or written with -o). Mistakes: one located
+    line each on stderr, exit 1."""
     name = "<stdin>" if config == "-" else config
     if config == "-":
         text, problem = decode(sys.stdin.buffer.read(), name)
