@@ -17,6 +17,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <stddef.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,8 +182,29 @@ void gl_maybe_reload(void) {
 /* ------------------------------------------------------------------ init */
 static void resolve(void **dst, const char *name) { *dst = real_dlsym(g_libcuda, name); }
 
+/* A forked child is a new process: it must register on its own if it uses CUDA, not account
+ * into its parent's slot (and its parent's events belong to the parent's context). */
+static void after_fork_child(void) {
+    for (int i = 0; i < GL_MAX_DEV; i++) {
+        struct gl_dev *d = &G.dev[i];
+        if (atomic_load(&d->state) == 0) continue;
+        if (d->rg) {
+            close(d->fd);
+            munmap(d->rg, RG_TOTAL_SIZE);
+        }
+        memset((char *)d + offsetof(struct gl_dev, index), 0, sizeof *d - offsetof(struct gl_dev, index));
+        atomic_store(&d->local_used, 0);
+        atomic_store(&d->mlock, 0);
+        atomic_store(&d->sched_off, 0);
+        atomic_store(&d->state, 0);
+    }
+    pthread_mutex_init(&G.lock, NULL);
+    G.init_reported = 0;
+}
+
 static void do_init(void) {
     uint64_t w0 = gl_now_ns(), c0 = gl_thread_cpu_ns();
+    pthread_atfork(NULL, NULL, after_fork_child);
     t_in_init = 1;
     gl_log_init();
     find_real_dlsym();

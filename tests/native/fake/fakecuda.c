@@ -192,7 +192,9 @@ static void *worker(void *arg) {
             struct op *o = &q->ring[q->taken % QCAP];
             struct pend p = {o->seq, 0, o->ev};
             if (o->kind == OP_KERNEL) {
-                uint64_t start_floor = q->last_end > now ? q->last_end : now;
+                /* A GPU starts submitted work as soon as it is free: at the launch time, not
+                 * when this worker thread gets a CPU (its delays must not look like GPU time). */
+                uint64_t start_floor = q->last_end > o->enq_ns ? q->last_end : o->enq_ns;
                 p.end = reserve_timeline(dev, o->dur, start_floor);
                 q->last_end = p.end;
             } else {
