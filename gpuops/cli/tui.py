@@ -95,7 +95,7 @@ def run_tui(source: FleetSource, ownership: Ownership, readonly: bool) -> None:
     from gpuops.tui.app import GpuopsApp
     from gpuops.tui.feed import Feed
 
-    app = GpuopsApp(Feed(source, ownership), readonly=readonly, handle_signals=True)
+    app = GpuopsApp(Feed(source, ownership), readonly=readonly, handle_signals=True, tune_gc=True)
     app.run()
     if app.return_code:
         raise typer.Exit(app.return_code)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from collections.abc import Callable
 from typing import ClassVar, cast
@@ -61,6 +62,19 @@ def _complete(name: str) -> str:
     return matches.pop() if len(matches) == 1 else name
 
 
+GC_FREEZE_AT = (1, 10)
+
+
+def _tune_gc() -> None:
+    """Keep the garbage collector's pauses out of the refresh: what exists once the screens are
+    up (Textual's DOM, the nodes, the caches) lives as long as the app, so it is moved out of the
+    collector's scans (gc.freeze), and young collections run less often. Per update most objects
+    die by reference counting anyway. Halves the slow updates at 1000 GPUs (docs/benchmarks.md)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 100)
+
+
 # Actions that change the fleet (apply a plan, move GPUs, kill a process). None exists yet; each
 # one added must be listed here: --readonly disables them, and they ask for confirmation.
 DESTRUCTIVE_ACTIONS: frozenset[str] = frozenset()
@@ -69,12 +83,11 @@ DESTRUCTIVE_ACTIONS: frozenset[str] = frozenset()
 class GpuopsApp(App[None]):
     CSS = """
     #bottom-bars { dock: bottom; height: auto; }
-    DataTable { height: 1fr; }
     #tenants-table { height: auto; max-height: 70%; }
     #tenant-panel { height: auto; max-height: 12; border-top: solid $panel; padding: 0 1; }
     #events-empty { height: auto; padding: 1 2; color: $text-muted; }
     #detail { height: 1fr; }
-    #detail > DataTable { height: auto; max-height: 20; }
+    #detail > LiveTable { height: auto; max-height: 20; }
     #node-header, #gpu-panel, #proc-title { height: auto; padding: 0 1; }
     #gpu-panel { border-top: solid $panel; border-bottom: solid $panel; }
     """
@@ -97,6 +110,7 @@ class GpuopsApp(App[None]):
         start: str = "gpus",
         destructive: frozenset[str] = DESTRUCTIVE_ACTIONS,
         handle_signals: bool = False,
+        tune_gc: bool = False,
     ) -> None:
         super().__init__()
         self.feed = feed
@@ -104,6 +118,7 @@ class GpuopsApp(App[None]):
         self.start_view = start
         self.destructive = destructive
         self.handle_signals = handle_signals
+        self.tune_gc = tune_gc
         self.fleet_state: FleetState | None = None
         self.history: list[str] = []
         self.published = 0
@@ -147,6 +162,8 @@ class GpuopsApp(App[None]):
         view = self.front_view()
         if view is not None:
             view.show(state)
+        if self.tune_gc and self.published in GC_FREEZE_AT:
+            _tune_gc()
 
     def front_view(self) -> ViewScreen | None:
         """The view screen in front (under a help overlay, the one it covers)."""

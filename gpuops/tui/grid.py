@@ -10,7 +10,9 @@ live gets a line of its own, with its state, age and reason after its (dimmed, l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 from rich.segment import Segment
 from rich.style import Style
@@ -66,13 +68,44 @@ class Position:
     cell: int  # index into row.cells; -1 for a node without cells
 
 
+class Positions(Sequence[Position]):
+    """Where every cell is, as parallel lists (a 1000-GPU grid would otherwise make a thousand
+    objects per update for the cursor alone); Position objects are made on access."""
+
+    def __init__(self) -> None:
+        self.lines: list[int] = []
+        self.xs: list[int] = []
+        self.rows: list[NodeRow] = []
+        self.cells: list[int] = []
+
+    def add(self, line: int, x: int, row: NodeRow, cell: int) -> None:
+        self.lines.append(line)
+        self.xs.append(x)
+        self.rows.append(row)
+        self.cells.append(cell)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    @overload
+    def __getitem__(self, index: int) -> Position: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Position]: ...
+
+    def __getitem__(self, index: int | slice) -> Position | Sequence[Position]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return Position(self.lines[index], self.xs[index], self.rows[index], self.cells[index])
+
+
 @dataclass(frozen=True)
 class GridLayout:
     width: int
     name_width: int
     owner_width: int
     lines: tuple[Line, ...]
-    positions: tuple[Position, ...] = field(repr=False)
+    positions: Positions = field(repr=False)
 
     @property
     def label_width(self) -> int:
@@ -89,15 +122,15 @@ def layout_grid(groups: tuple[Group, ...], width: int, by: str) -> GridLayout:
     column_w = label + max(single, default=1) * PITCH + BLOCK_GAP
     columns = max(1, (width + BLOCK_GAP) // column_w)
     lines: list[Line] = []
-    positions: list[Position] = []
+    positions = Positions()
 
     def add(line: Line) -> None:
         for block in line.blocks:
             cx = block.x + label
             if block.start == block.end:
-                positions.append(Position(len(lines), block.x, block.row, -1))
+                positions.add(len(lines), block.x, block.row, -1)
             for i in range(block.start, block.end):
-                positions.append(Position(len(lines), cx, block.row, i))
+                positions.add(len(lines), cx, block.row, i)
                 cx += PITCH
         lines.append(line)
 
@@ -125,7 +158,7 @@ def layout_grid(groups: tuple[Group, ...], width: int, by: str) -> GridLayout:
                 add(Line(blocks=(Block(row, start, end, 0, start == 0, end == n),)))
         if packed:
             add(Line(blocks=tuple(packed)))
-    return GridLayout(width, name_w, owner_w, tuple(lines), tuple(positions))
+    return GridLayout(width, name_w, owner_w, tuple(lines), positions)
 
 
 # ---- drawing -------------------------------------------------------------------------------------
@@ -307,10 +340,11 @@ class FleetGrid(ScrollView, can_focus=True):
     def _find(self, want: CellKey) -> int:
         positions = self.layout_.positions
         node_match = None
-        for i, p in enumerate(positions):
-            if p.row.name != want[0]:
+        for i, row in enumerate(positions.rows):
+            if row.name != want[0]:
                 continue
-            if p.cell >= 0 and cell_key(p.row.cells[p.cell]) == want:
+            cell = positions.cells[i]
+            if cell >= 0 and cell_key(row.cells[cell]) == want:
                 return i
             if node_match is None:
                 node_match = i
@@ -379,9 +413,9 @@ class FleetGrid(ScrollView, can_focus=True):
         here = positions[self.cursor_index]
         target_line = here.line + dy
         while 0 <= target_line < len(self.layout_.lines):
-            candidates = [i for i, p in enumerate(positions) if p.line == target_line]
+            candidates = [i for i, line in enumerate(positions.lines) if line == target_line]
             if candidates:
-                best = min(candidates, key=lambda i: abs(positions[i].x - here.x))
+                best = min(candidates, key=lambda i: abs(positions.xs[i] - here.x))
                 self._move_to(best)
                 return
             target_line += dy
@@ -403,7 +437,7 @@ class FleetGrid(ScrollView, can_focus=True):
 
     def select_node(self, name: str) -> None:
         """Put the cursor on a node's first cell (if shown)."""
-        for i, p in enumerate(self.layout_.positions):
-            if p.row.name == name:
+        for i, row in enumerate(self.layout_.positions.rows):
+            if row.name == name:
                 self._move_to(i)
                 return

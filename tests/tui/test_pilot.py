@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from rich.console import Console
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from gpuops.fleet.collector import LIVE, UNREACHABLE
 from gpuops.tui.app import GpuopsApp
@@ -22,6 +22,7 @@ from gpuops.tui.screens.help import HelpScreen
 from gpuops.tui.screens.nodes import NodesScreen
 from gpuops.tui.screens.tenants import TenantsScreen
 from gpuops.tui.simsource import SimSource
+from gpuops.tui.table import LiveTable
 from gpuops.tui.widgets import PromptBar, StatusBar, TopBar
 from tests.tui.conftest import AppFactory, Clock
 
@@ -54,8 +55,8 @@ def grid_text(app: GpuopsApp) -> str:
     return "\n".join("".join(s.text for s in line) for line in lines)
 
 
-def table_rows(app: GpuopsApp, selector: str = "DataTable") -> list[list[str]]:
-    table: DataTable[object] = app.screen.query_one(selector, DataTable)
+def table_rows(app: GpuopsApp, selector: str = "LiveTable") -> list[list[str]]:
+    table = app.screen.query_one(selector, LiveTable)
     return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
 
 

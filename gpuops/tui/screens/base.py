@@ -11,7 +11,7 @@ from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import DataTable, Input
+from textual.widgets import Input
 
 from gpuops.fleet.views import Filter, FilterError, parse_filter
 from gpuops.tui.feed import FleetState
@@ -214,21 +214,3 @@ class ViewScreen(Screen[None]):
 def screen_bindings(keys: tuple[Key, ...], sorts: dict[str, tuple[str, str]]) -> list[BindingType]:
     """A screen's BINDINGS, from the same lists its help prints."""
     return cast(list[BindingType], bindings(keys + sort_keys(sorts)))
-
-
-def refill(table: DataTable[object], rows: list[tuple[str, tuple[object, ...]]]) -> None:
-    """Replace a table's rows, keeping the cursor on the same row key and the scroll position.
-    The cursor moves made here are not the user's: they post no RowHighlighted."""
-    current = None
-    if table.row_count and 0 <= table.cursor_row < table.row_count:
-        current = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-    scroll_y = table.scroll_y
-    with table.prevent(DataTable.RowHighlighted):
-        table.clear()
-        for key, cells in rows:
-            table.add_row(*cells, key=key)
-        if current is not None:
-            keys = [k for k, _ in rows]
-            if current in keys:
-                table.move_cursor(row=keys.index(current), animate=False, scroll=False)
-    table.scroll_to(y=scroll_y, animate=False, immediate=True)

@@ -13,7 +13,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from gpuops.cli import render as cli_render
 from gpuops.core.model import Gpu
@@ -23,22 +23,31 @@ from gpuops.fleet.views import Ownership, SliceSpan, find_gpu, mig_active, mig_l
 from gpuops.tui import render
 from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
-from gpuops.tui.screens.base import ViewScreen, refill, screen_bindings
+from gpuops.tui.screens.base import ViewScreen, screen_bindings
+from gpuops.tui.table import Cell, Column, LiveTable, Row
 
 GPU_COLUMNS = (
-    "GPU",
-    "Model",
-    "Owner",
-    "Util",
-    "Memory",
-    "Power",
-    "Temp",
-    "SM clock",
-    "Mem clock",
-    "MIG",
-    "Procs",
+    Column("GPU", "gpu", "right"),
+    Column("Model", "model"),
+    Column("Owner", "owner"),
+    Column("Util", "util", "right"),
+    Column("Memory", "memory"),
+    Column("Power", "power", "right"),
+    Column("Temp", "temp", "right"),
+    Column("SM clock", "sm", "right"),
+    Column("Mem clock", "mem", "right"),
+    Column("MIG", "mig"),
+    Column("Procs", "procs", "right"),
 )
-PROC_COLUMNS = ("GPU", "MIG", "PID", "User", "Tenant", "Memory", "Command")
+PROC_COLUMNS = (
+    Column("GPU", "gpu", "right"),
+    Column("MIG", "mig"),
+    Column("PID", "pid", "right"),
+    Column("User", "user"),
+    Column("Tenant", "tenant"),
+    Column("Memory", "memory", "right"),
+    Column("Command", "command"),
+)
 SLICE_WIDTH = 11
 
 
@@ -199,19 +208,13 @@ class DetailScreen(ViewScreen):
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="detail"):
             yield Static(id="node-header")
-            gpus: DataTable[object] = DataTable(id="gpu-table", cursor_type="row")
-            for column in GPU_COLUMNS:
-                gpus.add_column(column, key=column.lower())
-            yield gpus
+            yield LiveTable(GPU_COLUMNS, id="gpu-table", zebra=False)
             yield Static(id="gpu-panel")
             yield Static(id="proc-title")
-            procs: DataTable[object] = DataTable(id="proc-table", cursor_type="row")
-            for column in PROC_COLUMNS:
-                procs.add_column(column, key=column.lower())
-            yield procs
+            yield LiveTable(PROC_COLUMNS, id="proc-table", zebra=False)
 
     def main_widget(self) -> Widget | None:
-        return self.query_one("#gpu-table", DataTable)
+        return self.query_one("#gpu-table", LiveTable)
 
     def draw(self, state: FleetState) -> None:
         view = state.node(self.node)
@@ -223,39 +226,34 @@ class DetailScreen(ViewScreen):
         gpus = _gpus(view)
         if self.gpu_index is None and gpus:
             self.gpu_index = gpus[0].info.index
-        rows: list[tuple[str, tuple[object, ...]]] = []
-        for gpu in gpus:
-            rows.append((str(gpu.info.index), self._gpu_cells(view, gpu, state.ownership)))
-        table = self.query_one("#gpu-table", DataTable)
-        refill(table, rows)
-        if self.gpu_index is not None and table.row_count:
-            keys = [k for k, _ in rows]
-            if str(self.gpu_index) in keys and table.cursor_row != keys.index(str(self.gpu_index)):
-                with table.prevent(DataTable.RowHighlighted):
-                    table.move_cursor(row=keys.index(str(self.gpu_index)), animate=False)
+        rows: list[Row] = [(str(g.info.index), self._gpu_cells(view, g, state.ownership)) for g in gpus]
+        table = self.query_one("#gpu-table", LiveTable)
+        table.set_rows(rows)
+        if self.gpu_index is not None:
+            table.move_to_key(str(self.gpu_index))
         selected = find_gpu(view, self.gpu_index) if self.gpu_index is not None else None
         self.query_one("#gpu-panel", Static).update(gpu_panel(view, selected, state.ownership))
         self._processes(state, view)
         self.draw_bars()
 
     @staticmethod
-    def _gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> tuple[object, ...]:
+    def _gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> tuple[Cell, ...]:
         s = gpu.sample
         mig = "-"
         if gpu.mig is not None:
             mig = f"on ({len(gpu.mig.gpu_instances)} GI)" if gpu.mig.current else "off"
         return (
-            Text(str(gpu.info.index), justify="right"),
+            str(gpu.info.index),
             short_model(gpu.info.name),
             ownership.owner(view, gpu) or "-",
-            Text(cli_render.percent(s.utilization_gpu_percent) if s else "-", justify="right"),
+            cli_render.percent(s.utilization_gpu_percent) if s else "-",
             cli_render.memory_usage(s.memory_used_bytes, s.memory_total_bytes) if s else "-",
-            Text(cli_render.watts(s.power_watts) if s else "-", justify="right"),
-            Text(cli_render.celsius(s.temperature_celsius) if s else "-", justify="right"),
-            Text(cli_render.mhz(s.sm_clock_mhz) if s else "-", justify="right"),
-            Text(cli_render.mhz(s.memory_clock_mhz) if s else "-", justify="right"),
+            cli_render.watts(s.power_watts) if s else "-",
+            cli_render.celsius(s.temperature_celsius) if s else "-",
+            cli_render.mhz(s.sm_clock_mhz) if s else "-",
+            cli_render.mhz(s.memory_clock_mhz) if s else "-",
             mig,
-            Text(str(len(gpu.processes)) if not gpu.processes_error else "n/a", justify="right"),
+            str(len(gpu.processes)) if not gpu.processes_error else "n/a",
         )
 
     def _processes(self, state: FleetState, view: NodeView) -> None:
@@ -271,36 +269,35 @@ class DetailScreen(ViewScreen):
         title = Text(f"Processes on {where} ({len(procs)})", style="bold")
         title.append(f"   a: {toggle}", style="dim")
         self.query_one("#proc-title", Static).update(title)
-        rows: list[tuple[str, tuple[object, ...]]] = []
+        rows: list[Row] = []
         for p in procs:
             mig = "-" if p.instance is None else f"GI {p.instance} / CI {p.compute_instance}"
             rows.append(
                 (
                     f"{p.gpu}/{p.pid}",
                     (
-                        Text(str(p.gpu), justify="right"),
+                        str(p.gpu),
                         mig,
-                        Text(str(p.pid), justify="right"),
+                        str(p.pid),
                         p.user or "?",
                         Text(f"{p.tenant} ({p.tenant_source})"),
-                        Text(render.size(p.memory), justify="right"),
+                        render.size(p.memory),
                         p.command,
                     ),
                 )
             )
-        refill(self.query_one("#proc-table", DataTable), rows)
+        self.query_one("#proc-table", LiveTable).set_rows(rows)
 
-    @on(DataTable.RowHighlighted, "#gpu-table")
-    def _gpu_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        key = event.row_key.value
-        if key is not None and int(key) != self.gpu_index:
-            self.gpu_index = int(key)
+    @on(LiveTable.RowHighlighted, "#gpu-table")
+    def _gpu_highlighted(self, event: LiveTable.RowHighlighted) -> None:
+        if int(event.key) != self.gpu_index:
+            self.gpu_index = int(event.key)
             if self.state is not None:
                 self.show(self.state)
 
     def action_switch_table(self) -> None:
-        gpus = self.query_one("#gpu-table", DataTable)
-        procs = self.query_one("#proc-table", DataTable)
+        gpus = self.query_one("#gpu-table", LiveTable)
+        procs = self.query_one("#proc-table", LiveTable)
         (procs if gpus.has_focus else gpus).focus()
 
     def action_all_processes(self) -> None:

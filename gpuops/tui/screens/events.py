@@ -10,14 +10,15 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE
 from gpuops.fleet.views import event_rows
 from gpuops.tui import render
 from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
-from gpuops.tui.screens.base import ViewScreen, refill, screen_bindings
+from gpuops.tui.screens.base import ViewScreen, screen_bindings
+from gpuops.tui.table import Column, LiveTable, Row
 
 KIND_STYLE = {LIVE: "green", STALE: "yellow", UNREACHABLE: "bold red", "agent-error": "#ff875f"}
 
@@ -39,21 +40,25 @@ class EventsScreen(ViewScreen):
     BINDINGS = screen_bindings(KEYS, SORTS)
 
     def compose_body(self) -> ComposeResult:
-        table: DataTable[object] = DataTable(id="events-table", cursor_type="row", zebra_stripes=True)
-        for column in ("Time", "Ago", "Node", "What", "Message"):
-            table.add_column(column, key=column.lower())
-        yield table
+        columns = (
+            Column("Time", "time"),
+            Column("Ago", "ago", "right"),
+            Column("Node", "node"),
+            Column("What", "what"),
+            Column("Message", "message"),
+        )
+        yield LiveTable(columns, id="events-table")
         yield Static(
             "No events yet. Nodes going stale or unreachable and back, and agent errors, appear here.",
             id="events-empty",
         )
 
     def main_widget(self) -> Widget | None:
-        return self.query_one(DataTable)
+        return self.query_one(LiveTable)
 
     def draw(self, state: FleetState) -> None:
         events = event_rows(state.events, self.filter, self.sort, self.reverse)
-        out: list[tuple[str, tuple[object, ...]]] = []
+        out: list[Row] = []
         for i, e in enumerate(events):
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.time))
             out.append(
@@ -61,22 +66,19 @@ class EventsScreen(ViewScreen):
                     f"{e.time:.6f}/{e.node}/{e.kind}/{i}",
                     (
                         stamp,
-                        Text(render.age(max(0.0, state.time - e.time)), justify="right"),
+                        render.age(max(0.0, state.time - e.time)),
                         Text(e.node, style="bold"),
                         Text(e.what, style=KIND_STYLE.get(e.kind, "")),
                         e.message,
                     ),
                 )
             )
-        refill(self.query_one(DataTable), out)
+        self.query_one(LiveTable).set_rows(out)
         empty = self.query_one("#events-empty", Static)
         empty.display = not out
         if not out and state.events:
             empty.update("No event matches the filter (esc clears it).")
 
-    @on(DataTable.RowSelected)
-    def _selected(self, event: DataTable.RowSelected) -> None:
-        key = event.row_key.value
-        if key is not None:
-            node = str(key).split("/", 2)[1]
-            self.gapp.open_detail(node, None)
+    @on(LiveTable.RowSelected)
+    def _selected(self, event: LiveTable.RowSelected) -> None:
+        self.gapp.open_detail(event.key.split("/", 2)[1], None)

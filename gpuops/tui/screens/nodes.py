@@ -8,16 +8,28 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.widget import Widget
-from textual.widgets import DataTable
 
 from gpuops.fleet.collector import LIVE
 from gpuops.fleet.views import filter_rows, sort_rows
 from gpuops.tui import render
 from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
-from gpuops.tui.screens.base import ViewScreen, refill, screen_bindings
+from gpuops.tui.screens.base import ViewScreen, screen_bindings
+from gpuops.tui.table import Column, LiveTable, Row
 
-COLUMNS = ("Node", "State", "Age", "Owner", "GPUs", "Busy", "Idle", "Util", "Memory", "Procs", "Reason")
+COLUMNS = (
+    Column("Node", "node"),
+    Column("State", "state"),
+    Column("Age", "age", "right"),
+    Column("Owner", "owner"),
+    Column("GPUs", "gpus"),
+    Column("Busy", "busy", "right"),
+    Column("Idle", "idle", "right"),
+    Column("Util", "util", "right"),
+    Column("Memory", "memory"),
+    Column("Procs", "procs", "right"),
+    Column("Reason", "reason"),
+)
 
 
 class NodesScreen(ViewScreen):
@@ -43,18 +55,15 @@ class NodesScreen(ViewScreen):
     BINDINGS = screen_bindings(KEYS, SORTS)
 
     def compose_body(self) -> ComposeResult:
-        table: DataTable[object] = DataTable(id="nodes-table", cursor_type="row", zebra_stripes=True)
-        for column in COLUMNS:
-            table.add_column(column, key=column.lower())
-        yield table
+        yield LiveTable(COLUMNS, id="nodes-table")
 
     def main_widget(self) -> Widget | None:
-        return self.query_one(DataTable)
+        return self.query_one(LiveTable)
 
     def draw(self, state: FleetState) -> None:
         now = state.time
         rows = sort_rows(filter_rows(state.rows, self.filter), self.sort, now, self.reverse)
-        out: list[tuple[str, tuple[object, ...]]] = []
+        out: list[Row] = []
         for r in rows:
             age = r.age(now)
             out.append(
@@ -63,25 +72,20 @@ class NodesScreen(ViewScreen):
                     (
                         Text(r.name, style="bold"),
                         render.state_text(r.state),
-                        Text(render.age(age) if age is not None else "-", justify="right"),
+                        render.age(age) if age is not None else "-",
                         r.owner or "-",
                         r.models or "-",
-                        Text(f"{r.busy}/{r.gpus}" if r.has_data else "-", justify="right"),
-                        Text(
-                            str(r.idle) if r.has_data else "-",
-                            style="bold #ffd75f" if r.idle else "",
-                            justify="right",
-                        ),
-                        Text(render.percent(r.util) if r.has_data else "-", justify="right"),
+                        f"{r.busy}/{r.gpus}" if r.has_data else "-",
+                        Text(str(r.idle) if r.has_data else "-", style="bold #ffd75f" if r.idle else ""),
+                        render.percent(r.util) if r.has_data else "-",
                         render.share(r.memory_used, r.memory_total) if r.has_data else "-",
-                        Text(str(r.processes) if r.has_data else "-", justify="right"),
+                        str(r.processes) if r.has_data else "-",
                         Text(r.reason if r.state != LIVE else "", style=render.STATE_COLOUR.get(r.state, "")),
                     ),
                 )
             )
-        refill(self.query_one(DataTable), out)
+        self.query_one(LiveTable).set_rows(out)
 
-    @on(DataTable.RowSelected)
-    def _selected(self, event: DataTable.RowSelected) -> None:
-        if event.row_key.value is not None:
-            self.gapp.open_detail(str(event.row_key.value), None)
+    @on(LiveTable.RowSelected)
+    def _selected(self, event: LiveTable.RowSelected) -> None:
+        self.gapp.open_detail(event.key, None)

@@ -9,29 +9,30 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from gpuops.fleet.summary import UNOWNED
 from gpuops.fleet.views import TenantHistory, TenantRow, sort_tenants
 from gpuops.tui import render
 from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
-from gpuops.tui.screens.base import ViewScreen, refill, screen_bindings
+from gpuops.tui.screens.base import ViewScreen, screen_bindings
+from gpuops.tui.table import Cell, Column, LiveTable, Row
 
 COLUMNS = (
-    "Team",
-    "Owned",
-    "Used",
-    "Borrowed",
-    "Idle",
-    "Waste",
-    "GPU-time",
-    "Share",
-    "Session",
-    "Memory",
-    "Procs",
-    "Share over the session",
-    "Idle over the session",
+    Column("Team", "team"),
+    Column("Owned", "owned", "right"),
+    Column("Used", "used", "right"),
+    Column("Borrowed", "borrowed", "right"),
+    Column("Idle", "idle", "right"),
+    Column("Waste", "waste", "right"),
+    Column("GPU-time", "gpu-time", "right"),
+    Column("Share", "share", "right"),
+    Column("Session", "session", "right"),
+    Column("Memory", "memory", "right"),
+    Column("Procs", "procs", "right"),
+    Column("Share over the session", "share-trend"),
+    Column("Idle over the session", "idle-trend"),
 )
 TREND = 22
 
@@ -80,45 +81,39 @@ class TenantsScreen(ViewScreen):
         self.selected: str | None = None
 
     def compose_body(self) -> ComposeResult:
-        table: DataTable[object] = DataTable(id="tenants-table", cursor_type="row", zebra_stripes=True)
-        for column in COLUMNS:
-            table.add_column(column, key=column.lower())
-        yield table
+        yield LiveTable(COLUMNS, id="tenants-table")
         yield Static(id="tenant-panel")
 
     def main_widget(self) -> Widget | None:
-        return self.query_one(DataTable)
+        return self.query_one(LiveTable)
 
     def draw(self, state: FleetState) -> None:
         rows = sort_tenants(state.tenants, self.sort, self.reverse, self.filter)
         history = state.history
-        out: list[tuple[str, tuple[object, ...]]] = []
-        for r in rows:
-            out.append((r.team, self._cells(r, history)))
-        table = self.query_one(DataTable)
-        refill(table, out)
+        out: list[Row] = [(r.team, self._cells(r, history)) for r in rows]
+        self.query_one(LiveTable).set_rows(out)
         if out and self.selected not in {k for k, _ in out}:
             self.selected = out[0][0]
         self._panel(state)
 
     @staticmethod
-    def _cells(r: TenantRow, history: TenantHistory) -> tuple[object, ...]:
+    def _cells(r: TenantRow, history: TenantHistory) -> tuple[Cell, ...]:
         def num(value: float, style: str = "") -> Text:
-            return Text(render.gpus(value), style=style if value >= 0.05 else "", justify="right")
+            return Text(render.gpus(value), style=style if value >= 0.05 else "")
 
         idle_style = "bold #ffd75f"
         return (
             Text(r.team if r.team != UNOWNED else "unowned", style="bold"),
-            Text(str(r.owned) + (f" ({r.unknown}?)" if r.unknown else ""), justify="right"),
+            str(r.owned) + (f" ({r.unknown}?)" if r.unknown else ""),
             num(r.used),
             num(r.borrowed, "#87d787"),
             num(r.idle, idle_style),
             num(r.waste, idle_style),
-            Text(render.gpus(r.gpu_time), justify="right"),
-            Text(f"{100 * r.share:.0f}%", justify="right"),
-            Text(f"{100 * history.session_share(r.team):.0f}%", justify="right"),
-            Text(render.size(r.memory_used), justify="right"),
-            Text(str(r.processes), justify="right"),
+            render.gpus(r.gpu_time),
+            f"{100 * r.share:.0f}%",
+            f"{100 * history.session_share(r.team):.0f}%",
+            render.size(r.memory_used),
+            str(r.processes),
             Text(render.sparkline(history.values(r.team, "share"), TREND, 100.0), style="#87d787"),
             Text(
                 render.sparkline(history.values(r.team, "idle"), TREND, max(1.0, float(r.owned))),
@@ -163,14 +158,13 @@ class TenantsScreen(ViewScreen):
         lines.append(Text(f"{'':>15} over the session: {span}, {points} points", style="dim"))
         panel.update(Text("\n").join(lines))
 
-    @on(DataTable.RowHighlighted)
-    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.row_key.value is not None and event.row_key.value != self.selected:
-            self.selected = str(event.row_key.value)
+    @on(LiveTable.RowHighlighted)
+    def _highlighted(self, event: LiveTable.RowHighlighted) -> None:
+        if event.key != self.selected:
+            self.selected = event.key
             if self.state is not None:
                 self._panel(self.state)
 
-    @on(DataTable.RowSelected)
-    def _selected(self, event: DataTable.RowSelected) -> None:
-        if event.row_key.value is not None:
-            self.gapp.go("gpus", filter_text=str(event.row_key.value))
+    @on(LiveTable.RowSelected)
+    def _selected(self, event: LiveTable.RowSelected) -> None:
+        self.gapp.go("gpus", filter_text=event.key)
