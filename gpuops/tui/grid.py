@@ -34,6 +34,7 @@ PITCH = CELL + GAP
 BLOCK_GAP = 3  # between nodes packed side by side
 MAX_NAME = 24
 MAX_OWNER = 12
+PACKED_CELLS = 8  # nodes of up to this many cells are packed side by side on wide terminals
 
 CellKey = tuple[str, int, int | None, str]  # node, gpu, MIG instance, kind
 
@@ -118,8 +119,11 @@ def layout_grid(groups: tuple[Group, ...], width: int, by: str) -> GridLayout:
     owner_w = min(MAX_OWNER, max((len(r.owner or "-") for r in rows), default=1)) if by == BY_NODE else 0
     label = 2 + name_w + 1 + (owner_w + 1 if owner_w else 0)
     per_line = max(1, (width - label) // PITCH)
-    single = [len(r.cells) for r in rows if len(r.cells) <= per_line and r.state == LIVE]
-    column_w = label + max(single, default=1) * PITCH + BLOCK_GAP
+    # Columns as wide as the usual node (up to 8 cells: the common 8-GPU server); wider nodes (many
+    # MIG slices) take a line of their own, so that one of them does not make every column wide.
+    counts = [len(r.cells) for r in rows if len(r.cells) <= per_line and r.state == LIVE]
+    usual = [c for c in counts if c <= PACKED_CELLS]
+    column_w = label + max(usual or counts or [1]) * PITCH + BLOCK_GAP
     columns = max(1, (width + BLOCK_GAP) // column_w)
     lines: list[Line] = []
     positions = Positions()

@@ -269,7 +269,7 @@ class Inspector(Static):
         if cell.kind == SLICE:
             text.append(f" · MIG {cell.profile} (GI {cell.instance})")
         elif cell.kind == FREE:
-            text.append(f" · {render.gpus(cell.fraction * 7)}/7 of the GPU not carved into MIG instances")
+            text.append(f" · {cell.fraction:.0%} of the GPU not carved into MIG instances")
         elif cell.kind == EMPTY_MIG:
             text.append(" · MIG mode on, no GPU instance")
         elif cell.kind == LOST:

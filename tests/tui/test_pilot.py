@@ -110,6 +110,16 @@ def test_every_screen_by_keys_and_back(make_app: AppFactory) -> None:
             await pilot.press("escape")
             await pilot.pause()
             assert app.current_mode == expected
+        await command(pilot, "nodes vision")  # a view with a filter
+        assert isinstance(app.screen, NodesScreen) and [r[0] for r in table_rows(app)] == [
+            "sim-platform-01",
+            "sim-vision-01",
+            "sim-vision-02",
+        ]
+        await pilot.press("escape")  # clears the filter
+        await pilot.press("escape")  # back to the grid
+        await pilot.pause()
+        assert app.current_mode == "gpus"
         await command(pilot, "pool")
         assert "not available yet" in status(app)
         await command(pilot, "bogus")
