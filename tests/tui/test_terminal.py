@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -108,6 +109,22 @@ def test_demo_in_a_real_terminal(tmux_session: list[Tmux]) -> None:
     assert not Path(f"/proc/{pid}").exists()
     left = subprocess.run(["pgrep", "-f", f"simfleet serve --dir {directory}"], capture_output=True)
     assert left.returncode == 1, left.stdout
+
+
+def test_demo_stops_its_fleet_when_killed(tmux_session: list[Tmux]) -> None:
+    """SIGTERM (kill, a closing session manager) quits like q: the fleet is stopped too."""
+    term = Tmux(_in_repo("demo -n 3"), width=120, height=30)
+    tmux_session.append(term)
+    term.wait(re.compile(r"● sim-\S+ +\d"), 10)
+    pid = int(term._tmux("display-message", "-p", "-t", "t", "#{pane_pid}").strip())
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while not term.dead():
+        assert time.monotonic() < deadline, term.screen()
+        time.sleep(0.2)
+    match = re.search(r"simulated fleet in (\S+) \(pid (\d+)\) stopped", term.screen())
+    assert match, term.screen()
+    assert not Path(f"/proc/{match.group(2)}").exists()
 
 
 def test_tui_on_this_host_with_the_simulated_backend(tmux_session: list[Tmux]) -> None:
