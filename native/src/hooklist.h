@@ -62,7 +62,10 @@
        unsigned sm, CUstream s, void **p),                                                             \
       (f, gx, gy, gz, bx, by, bz, sm, s, p))                                                           \
     X(cuGraphLaunch, CUresult, (CUgraphExec g, CUstream s), (g, s))                                    \
-    X(cuGraphLaunch_ptsz, CUresult, (CUgraphExec g, CUstream s), (g, s))
+    X(cuGraphLaunch_ptsz, CUresult, (CUgraphExec g, CUstream s), (g, s))                              \
+    X(cuCtxSynchronize, CUresult, (void), ())                                                          \
+    X(cuStreamSynchronize, CUresult, (CUstream s), (s))                                                \
+    X(cuStreamSynchronize_ptsz, CUresult, (CUstream s), (s))
 
 #define GL_NVML_HOOKS(X)                                                                              \
     X(nvmlDeviceGetMemoryInfo, nvmlReturn_t, (nvmlDevice_t a, nvmlMemory_t *b), (a, b))               \

@@ -599,3 +599,26 @@ GL_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, uns
 GL_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { LAUNCH(cuGraphLaunch, s, 0, g, s); }
 
 GL_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { LAUNCH(cuGraphLaunch_ptsz, s, 1, g, s); }
+
+/* After the program waited for the GPU, collect the measurements that are complete: the status
+ * is current, and a stream that is now idle starts a new measured period at its next launch
+ * (the program's own pause is not counted as GPU time). */
+static void after_sync(void) {
+    struct gl_dev *d = gl_dev_current();
+    if (!d || atomic_load(&d->state) != 1 || !mtry(d)) return;
+    for (int i = 0; i < d->nms; i++) poll_stream(d, &d->ms[i]);
+    munlock(d);
+}
+
+#define SYNC_WRAP(name, ...)                                             \
+    do {                                                                 \
+        if (gl_init() != 0) return CUDA_ERROR_NOT_INITIALIZED;           \
+        if (!gl_real_##name) return CUDA_ERROR_NOT_SUPPORTED;            \
+        CUresult r = gl_real_##name(__VA_ARGS__);                        \
+        if (r == CUDA_SUCCESS) after_sync();                             \
+        return r;                                                        \
+    } while (0)
+
+GL_EXPORT CUresult cuCtxSynchronize(void) { SYNC_WRAP(cuCtxSynchronize); }
+GL_EXPORT CUresult cuStreamSynchronize(CUstream s) { SYNC_WRAP(cuStreamSynchronize, s); }
+GL_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) { SYNC_WRAP(cuStreamSynchronize_ptsz, s); }

@@ -38,6 +38,8 @@ def symcheck(lab: Lab, *names: str) -> dict[tuple[str, str], list[str]]:
         ("cuMemAllocAsync", True),
         ("cuMemAllocFromPoolAsync", True),
         ("cuMemFreeAsync", True),
+        ("cuCtxSynchronize", False),
+        ("cuStreamSynchronize", True),
     ],
 )
 def test_intercepted_entry_points_lead_to_the_limiter(lab: Lab, name: str, ptsz_variant: bool) -> None:
@@ -72,7 +74,7 @@ def test_ptsz_lookups_get_the_per_thread_wrappers(lab: Lab) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["cuCtxSynchronize", "cuEventRecord", "cuModuleGetFunction", "cuStreamCreate"]
+    "name", ["cuEventSynchronize", "cuEventRecord", "cuModuleGetFunction", "cuStreamCreate"]
 )
 def test_other_driver_functions_pass_through_untouched(lab: Lab, name: str) -> None:
     seen = symcheck(lab, name)
