@@ -185,7 +185,11 @@ def _header_segments(group: Group, by: str) -> list[Segment]:
     t = group.totals
     title = group.team if group.team else "all nodes"
     parts: list[Segment] = [Segment(f"▌{title} ", HEADER)]
-    text = f" {t.nodes} node{'s' if t.nodes != 1 else ''} · {t.gpus} GPUs · {t.busy} busy · "
+    text = f" {t.nodes} node{'s' if t.nodes != 1 else ''} · "
+    if not t.gpus:
+        parts.append(Segment(text + "no GPU known yet", HEADER_DIM))
+        return parts
+    text += f"{t.gpus} GPUs · {t.busy} busy · "
     parts.append(Segment(text, HEADER_DIM))
     parts.append(Segment(f"{t.idle} idle", HEADER_IDLE if t.idle else HEADER_DIM))
     tail = f" · util {render.percent(t.util)} · mem {render.share(t.memory_used, t.memory_total)}"
@@ -239,11 +243,13 @@ def _tail_segments(row: NodeRow, now: float) -> list[Segment]:
     if row.state == LIVE:
         return []
     text = f" {render.STATE_GLYPH.get(row.state, '?')} {row.state}"
-    age = row.age(now)
-    if age is not None:
-        text += f", data {render.age(age)} old"
-    elif row.state == CONNECTING:
+    if row.state == CONNECTING:
         text += "…"
+    elif row.since:
+        text += f" for {render.age(max(0.0, now - row.since))}"
+    age = row.age(now)
+    if age is not None and row.state != CONNECTING:
+        text += f", data {render.age(age)} old"
     if row.reason:
         text += f" · {row.reason}"
     return [Segment(text, TAIL.get(row.state, BLANK))]

@@ -286,7 +286,7 @@ def test_unreachable_node_shown_with_age_and_reason_then_recovered(
         await pilot.pause()
         grid = grid_text(app)
         line = next(s for s in grid.splitlines() if "sim-speech-01" in s)
-        assert "✖" in line and "unreachable, data 12s old · connection refused" in line
+        assert "✖" in line and "unreachable for 12s, data 12s old · connection refused" in line
         assert "1 unreachable" in status(app)
         await command(pilot, "events")
         rows = table_rows(app)

@@ -66,7 +66,7 @@ def test_a_killed_node_turns_unreachable_and_recovers(sshd_loopback: Sshd) -> No
         sshd_loopback.kill()  # sshd and the session under it, like a crashed host
         await _until(pilot, lambda: "✖ gpu-a" in _line(app, "gpu-a"), 20, "gpu-a unreachable")
         line = _line(app, "gpu-a")
-        assert "unreachable, data" in line and "old · " in line  # age and reason
+        assert "unreachable for " in line and "old · " in line  # how long, age of the data, reason
         assert "1 unreachable" in status(app)
         sshd_loopback.restart()
         await _until(pilot, lambda: "● gpu-a" in _line(app, "gpu-a"), 30, "gpu-a live again")
