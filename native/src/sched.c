@@ -449,6 +449,9 @@ static void gate_slow(struct gl_dev *d) {
         if (!wait_start) {
             wait_start = now;
             start_waiting(d);
+        } else if (now - wait_start > 1000000000ull && (now - wait_start) % 1000000000ull < WAIT_POLL_NS) {
+            /* waiting long: make sure no dead process still counts as wanting or holding */
+            gl_reclaim_dead(d, 0);
         }
         atomic_store(&d->tn->last_want_ns, now);
         int r = transition(d, wait_start);

@@ -3,6 +3,7 @@ LD_PRELOAD against a fake GPU shared by all of them."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import time
@@ -32,8 +33,13 @@ class Built:
 
 @pytest.fixture(scope="session")
 def built() -> Built:
-    subprocess.run(["make", "-s", "-C", str(NATIVE)], check=True)
-    subprocess.run(["make", "-s", "-C", str(ROOT / "tests" / "native"), f"BUILD={TEST_BUILD}"], check=True)
+    # Other test sessions may build at the same time: one make at a time.
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with open(BUILD / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(["make", "-s", "-C", str(NATIVE)], check=True)
+        fakes = ["make", "-s", "-C", str(ROOT / "tests" / "native"), f"BUILD={TEST_BUILD}"]
+        subprocess.run(fakes, check=True)
     return Built(LIB, TEST_BUILD, TEST_BUILD / "cudaprog", BUILD / "gpuops-limiter-layout")
 
 

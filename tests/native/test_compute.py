@@ -146,3 +146,25 @@ def test_offline_yields_to_online_and_takes_the_idle_time(lab: Lab) -> None:
     assert share(ks, off.pid, on0 + 20 * MS, on1) <= 0.05
     assert share(ks, off.pid, off0 + 100 * MS, on0) >= 0.90
     assert share(ks, off.pid, on1 + 20 * MS, off1) >= 0.90
+
+
+def test_a_killed_holder_does_not_keep_the_gpu(lab: Lab) -> None:
+    lab.table(
+        "tenant on compute=30% policy=burst-share class=online",
+        "tenant off compute=70% policy=burst-share class=offline",
+    )
+    off = spin(lab, "off", 2.5, LONG)
+    read_until(off, "ready")
+    on = spin(lab, "on", 10, SHORT)
+    read_until(on, "ready")
+    time.sleep(0.6)
+    on.kill()  # SIGKILL in the middle of its launches, holding the lease
+    on.wait()
+    killed = time.monotonic_ns()
+    finish(off)
+    ks = lab.fake.kernels()
+    on_end = last_end(ks, on.pid)
+    assert on_end <= killed
+    # the offline tenant was held back while the online one ran, and gets the GPU back
+    assert share(ks, off.pid, first_start(ks, on.pid) + 20 * MS, on_end) <= 0.05
+    assert share(ks, off.pid, on_end + 100 * MS, last_end(ks, off.pid)) >= 0.90
