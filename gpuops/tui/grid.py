@@ -185,11 +185,11 @@ def _header_segments(group: Group, by: str) -> list[Segment]:
     t = group.totals
     title = group.team if group.team else "all nodes"
     parts: list[Segment] = [Segment(f"▌{title} ", HEADER)]
-    text = f" {t.nodes} node{'s' if t.nodes != 1 else ''} · "
+    text = f" {render.count(t.nodes, 'node')} · "
     if not t.gpus:
         parts.append(Segment(text + "no GPU known yet", HEADER_DIM))
         return parts
-    text += f"{t.gpus} GPUs · {t.busy} busy · "
+    text += f"{render.count(t.gpus, 'GPU')} · {t.busy} busy · "
     parts.append(Segment(text, HEADER_DIM))
     parts.append(Segment(f"{t.idle} idle", HEADER_IDLE if t.idle else HEADER_DIM))
     tail = f" · util {render.percent(t.util)} · mem {render.share(t.memory_used, t.memory_total)}"

@@ -97,6 +97,11 @@ def gpus(value: float) -> str:
     return f"{value:.1f}"
 
 
+def count(n: int, noun: str) -> str:
+    """'1 node', '8 nodes', '1 GPU', '48 GPUs'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def age(seconds: float | None) -> str:
     if seconds is None:
         return "never"

@@ -188,7 +188,7 @@ class TeamHeader(Static):
         f = self.fleet
         assert f is not None
         text = Text()
-        text.append(f"{f.gpus} GPUs on {f.nodes} nodes", style="bold")
+        text.append(f"{render.count(f.gpus, 'GPU')} on {render.count(f.nodes, 'node')}", style="bold")
         text.append(f" · {f.busy} busy · ")
         text.append(f"{f.idle} idle", style="bold #ffd75f" if f.idle else "")
         if f.unknown:
