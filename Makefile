@@ -27,7 +27,7 @@ lint: venv
 	$(BIN)/ruff format --check $(LINTED)
 
 typecheck: venv
-	$(BIN)/mypy gpuops/core gpuops/node gpuops/spec gpuops/fleet gpuops/cli
+	$(BIN)/mypy gpuops/core gpuops/node gpuops/spec gpuops/fleet gpuops/cli gpuops/tui
 
 # core/ and node/ run on GPU nodes with old Pythons: they must stay valid Python 3.8.
 compat: venv
@@ -42,7 +42,7 @@ pytest: venv native test-deps
 
 test: venv native lint typecheck compat pytest
 
-# A simulated fleet over real SSH on loopback, watched live (the TUI takes over when it lands).
+# A simulated fleet over real SSH on loopback, opened in the TUI; the fleet stops when it closes.
 demo: venv native
 	$(BIN)/gpuops demo
 
