@@ -71,6 +71,7 @@ class Node:
         env.update(
             FAKECUDA_STATE=str(self.state),
             FAKECUDA_MEMORY=str(64 << 30),
+            FAKECUDA_INSTANT="1",
             GPUOPS_LIMITER_DIR=str(self.dir),
             LD_LIBRARY_PATH=str(FAKE),
         )
@@ -215,8 +216,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         "## Limiter (`bench/limiter_overhead.py`)",
         "",
         "The interception limiter against the fake driver of `tests/native` (a CPU-only machine: the",
-        "driver's own cost is the fake's, so the column that matters is the difference). Each figure is",
-        f"the best of {repeats} runs; run it again with `.venv/bin/python -m bench.limiter_overhead`.",
+        "driver's own cost is the fake's, so the column that matters is the difference; empty kernels",
+        "complete at once, `FAKECUDA_INSTANT=1`). Each figure is the best of",
+        f"{repeats} runs; run it again with `.venv/bin/python -m bench.limiter_overhead`.",
         "",
         "| call | without limiter | with limiter | added | target |",
         "|---|---|---|---|---|",

@@ -533,8 +533,7 @@ static inline void launch_end(struct gl_dev *d, struct gl_meas_stream *m, int ok
         /* An end event per launch for kernels of 50 us and more while it matters (others wait,
          * or a cap), so that time the stream sits idle is never counted; batches otherwise. */
         int per_launch = bound == INFLIGHT_MAX_NS && d->avg_cost_ns >= 50000;
-        if (per_launch || m->since >= BATCH_LAUNCHES || since_est >= bound / 8 || (m->n == 0 && m->since >= 4) ||
-            d->avg_cost_ns <= 0) {
+        if (per_launch || m->since >= BATCH_LAUNCHES || since_est >= bound / 8 || d->avg_cost_ns <= 0) {
             uint64_t now = gl_now_ns();
             record_end(d, m, now);
             /* Bound the queued work so the GPU can change hands quickly: by the estimate, by
@@ -544,7 +543,7 @@ static inline void launch_end(struct gl_dev *d, struct gl_meas_stream *m, int ok
                 if (R.cuEventQuery(m->ring[m->head]) == CUDA_ERROR_NOT_READY) R.cuEventSynchronize(m->ring[m->head]);
             }
             poll_stream(d, m);
-        } else if ((d->launches & 7) == 0) {
+        } else if ((d->launches & 15) == 0) {
             poll_stream(d, m);
         }
     }
