@@ -258,8 +258,7 @@ int gl_init(void) {
 static void nvml_resolve(void) {
     find_real_dlsym();
     if (!real_dlsym) return;
-    g_libnvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (!g_libnvml) g_libnvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    g_libnvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NOLOAD); /* only if the program loaded it */
     if (!g_libnvml) return;
     for (size_t i = 0; i < NHOOKS; i++)
         if (g_hooks[i].nvml) *g_hooks[i].real = real_dlsym(g_libnvml, g_hooks[i].name);
@@ -315,8 +314,11 @@ static void *map_pointer(void *p) {
     return p;
 }
 
+/* Driver and NVML names: "cu" or "nvml" followed by a capital (not curl_..., cuserid). */
 static int is_hooked_name(const char *name) {
-    return name && ((name[0] == 'c' && name[1] == 'u') || !strncmp(name, "nvml", 4));
+    if (!name) return 0;
+    if (name[0] == 'c' && name[1] == 'u') return name[2] >= 'A' && name[2] <= 'Z';
+    return !strncmp(name, "nvml", 4) && name[4] >= 'A' && name[4] <= 'Z';
 }
 
 /* RTLD_NEXT as the caller would have seen it: the first definition after the caller's object. */
@@ -351,8 +353,16 @@ GL_EXPORT void *dlsym(void *handle, const char *name) {
     if (!real_dlsym) return NULL;
     void *p = handle == RTLD_NEXT ? next_after(__builtin_return_address(0), name) : real_dlsym(handle, name);
     if (!p || t_in_init || !is_hooked_name(name)) return p;
-    if (name[0] == 'n') nvml_init();
-    else if (gl_init() != 0) return p;
+    if (name[0] == 'n') {
+        nvml_init();
+    } else if (g_init_rc != 0) {
+        /* Only a program that has the driver loaded can be looking up driver functions; never
+         * load it into other programs (this dlsym serves every process the library is in). */
+        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        if (!h) return p;
+        dlclose(h);
+        if (gl_init() != 0) return p;
+    }
     return map_pointer(p);
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -101,3 +102,20 @@ def test_rtld_next_is_answered_for_the_caller(lab: Lab) -> None:
     out = parse(p.stdout)
     assert out["alloc"] == [["0"], ["2"]]  # program -> limiter -> driver: capped
     assert out["wrapped"] == [["2"]]
+
+
+def test_programs_without_cuda_are_left_alone(lab: Lab) -> None:
+    # With /etc/ld.so.preload the library is in every process: looking up names that look like
+    # driver functions must not load the driver into programs that do not use it.
+    code = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None)\n"
+        "for name in ('cuInit', 'cuMemAlloc_v2', 'cuserid', 'nvmlInit_v2'):\n"
+        "    getattr(libc, name, None)\n"
+        "print(any('libcuda' in line or 'nvidia-ml' in line for line in open('/proc/self/maps')))\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], env=lab.env(), capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "False"
