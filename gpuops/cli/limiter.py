@@ -234,10 +234,10 @@ def status(
         gpu_shares = shares.get(str(path), {})
         holder = f", held by {escape(snap.lease_holder)}" if snap.lease_holder else ""
         title = f"GPU {escape(snap.gpu_uuid)} — lease {snap.lease_state}{holder}"
-        table = Table(title=title, box=box.SIMPLE, title_justify="left")
+        table = Table(title=title, box=box.SIMPLE, title_justify="left", pad_edge=False, padding=(0, 1))
         for col in ("TENANT", "POLICY", "CLASS", "SHARE", "GPU NOW", "GPU TIME", "MEMORY", "LIMIT", "PROCS"):
             left = col in ("TENANT", "POLICY", "CLASS")
-            table.add_column(col, justify="left" if left else "right", no_wrap=True)
+            table.add_column(col, justify="left" if left else "right")
         for t in snap.tenants:
             table.add_row(
                 escape(t.name),
