@@ -142,6 +142,13 @@ def run(
         fail(escape(f"cannot run {command[0]}: {exc.strerror}"), code=127)
 
 
+def _policy_text(t: limiter.TenantUsage) -> str:
+    """'fixed 30%', 'burst 70%' or 'best-effort'."""
+    if t.policy == "best-effort" or not t.compute_percent:
+        return t.policy
+    return f"{t.policy.split('-')[0]} {t.compute_percent:g}%"
+
+
 def _share_text(value: Optional[float]) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
@@ -235,15 +242,14 @@ def status(
         holder = f", held by {escape(snap.lease_holder)}" if snap.lease_holder else ""
         title = f"GPU {escape(snap.gpu_uuid)} — lease {snap.lease_state}{holder}"
         table = Table(title=title, box=box.SIMPLE, title_justify="left", pad_edge=False, padding=(0, 1))
-        for col in ("TENANT", "POLICY", "CLASS", "SHARE", "GPU NOW", "GPU TIME", "MEMORY", "LIMIT", "PROCS"):
+        for col in ("TENANT", "POLICY", "CLASS", "GPU NOW", "GPU TIME", "MEMORY", "LIMIT", "PROCS"):
             left = col in ("TENANT", "POLICY", "CLASS")
             table.add_column(col, justify="left" if left else "right")
         for t in snap.tenants:
             table.add_row(
                 escape(t.name),
-                t.policy,
+                _policy_text(t),
                 t.klass,
-                f"{t.compute_percent:g}%" if t.compute_percent else "-",
                 _share_text(gpu_shares.get(t.name)) if gpu_shares else "n/a",
                 format_duration(t.busy_ns / 1e9),
                 format_bytes(t.memory_used),
