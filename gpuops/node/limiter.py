@@ -32,7 +32,7 @@ TABLE_HEADER = "gpuops-limiter-table 1"
 POLICIES = ("best-effort", "fixed-share", "burst-share")  # index = value in the region
 CLASSES = ("online", "offline")
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,63}\Z")
 
 
 class LimiterError(ValueError):

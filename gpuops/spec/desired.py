@@ -58,12 +58,12 @@ for _model in MODELS.values():
     for _profile in _model.profiles:
         PROFILE_MODELS[_profile.name] = (*PROFILE_MODELS.get(_profile.name, ()), _model.key)
 
-PROFILE_RE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
-CI_RE = re.compile(r"^([1-7])c(?:\.(\d+g\.\d+gb(?:\+me)?))?$")
-CI_LEVEL_RE = re.compile(r"^([1-7])c\.(\d+g\.\d+gb(?:\+me)?)$")
-PLACEMENT_RE = re.compile(r"^\s*([^@\s]+)\s*@\s*(\S+)\s*$")
-UUID_RE = re.compile(r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
-MODEL_TEXT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,62}$")
+PROFILE_RE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?\Z")
+CI_RE = re.compile(r"^([1-7])c(?:\.(\d+g\.\d+gb(?:\+me)?))?\Z")
+CI_LEVEL_RE = re.compile(r"^([1-7])c\.(\d+g\.\d+gb(?:\+me)?)\Z")
+PLACEMENT_RE = re.compile(r"^\s*([^@\s]+)\s*@\s*(\S+)\s*\Z")
+UUID_RE = re.compile(r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
+MODEL_TEXT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,62}\Z")
 
 MAX_INSTANCES = 64  # more than any GPU has slices: the solver says how many fit
 MAX_SIZE = 1024**4  # 1 TiB: more than any GPU's memory

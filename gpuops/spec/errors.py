@@ -10,7 +10,7 @@ from typing import Any, Sequence, Union
 PathElem = Union[str, int]
 DataPath = tuple[PathElem, ...]
 
-_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*\Z")
 _MAX_SHOWN = 60
 
 

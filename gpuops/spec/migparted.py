@@ -34,8 +34,8 @@ from gpuops.spec.types import closest
 
 VERSION = "v1"
 _SPEC_KEYS = ("devices", "device-filter", "mig-enabled", "mig-devices")
-_FILTER_RE = re.compile(r"^\s*(0[xX][0-9a-fA-F]{1,8}|\d{1,10})(?::(0[xX][0-9a-fA-F]{1,8}|\d{1,10}))?\s*$")
-_GI_RE = re.compile(r"^(\d+)g\.\d+gb(\+me)?$")
+_FILTER_RE = re.compile(r"^\s*(0[xX][0-9a-fA-F]{1,8}|\d{1,10})(?::(0[xX][0-9a-fA-F]{1,8}|\d{1,10}))?\s*\Z")
+_GI_RE = re.compile(r"^(\d+)g\.\d+gb(\+me)?\Z")
 
 
 @dataclass

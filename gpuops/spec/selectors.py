@@ -23,12 +23,12 @@ from typing import Mapping
 
 MAX_GPU_INDEX = 255
 
-_GLOB_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]+$")
+_GLOB_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]+\Z")
 _LABEL_KEY_RE = re.compile(
     r"^(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$"
 )
-_LABEL_VALUE_GLOB_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]*$")
+_LABEL_VALUE_GLOB_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]*\Z")
 
 
 class SelectorError(ValueError):

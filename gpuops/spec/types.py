@@ -22,15 +22,15 @@ from gpuops.spec.selectors import MAX_GPU_INDEX, SelectorError, parse_gpu_indice
 SPEC_VERSION = 1
 
 _HOST_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-HOSTNAME_RE = re.compile(rf"^(?=.{{1,253}}$){_HOST_LABEL}(?:\.{_HOST_LABEL})*\.?$")
-USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+HOSTNAME_RE = re.compile(rf"^(?=.{{1,253}}\Z){_HOST_LABEL}(?:\.{_HOST_LABEL})*\.?\Z")
+USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 _LABEL_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
 _DNS_SUBDOMAIN = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*"
-LABEL_KEY_RE = re.compile(rf"^(?:(?=[^/]{{1,253}}/){_DNS_SUBDOMAIN}/)?{_LABEL_NAME}$")
-LABEL_VALUE_RE = re.compile(rf"^(?:{_LABEL_NAME})?$")
-COMMAND_RE = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*|(?:/[A-Za-z0-9_.+-]+)+)$")
-REMOTE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@=,][A-Za-z0-9_./+@=,-]*$")
+LABEL_KEY_RE = re.compile(rf"^(?:(?=[^/]{{1,253}}/){_DNS_SUBDOMAIN}/)?{_LABEL_NAME}\Z")
+LABEL_VALUE_RE = re.compile(rf"^(?:{_LABEL_NAME})?\Z")
+COMMAND_RE = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*|(?:/[A-Za-z0-9_.+-]+)+)\Z")
+REMOTE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@=,][A-Za-z0-9_./+@=,-]*\Z")
 _SHELL_CHARS = set("`$;|&<>()'\"\\*?!{}[]#~")
 
 MAX_PATH = 4096

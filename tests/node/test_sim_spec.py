@@ -457,3 +457,10 @@ _workload = st.fixed_dictionaries(
 )
 def test_fuzz_structured(spec: Dict[str, Any]) -> None:
     _exercise(spec)
+
+
+def test_a_key_ending_in_a_newline_stays_on_one_line() -> None:
+    # Found by the fuzzer: "$" in a regex also matches before a final newline.
+    with pytest.raises(BackendUnavailable) as info:
+        SimBackend(spec={"0\n": None}, clock=lambda: T0)
+    assert "\n" not in str(info.value) and '["0\\n"]' in str(info.value)

@@ -49,10 +49,10 @@ UNSUPPORTED_FIELDS = (
     "process_memory",
 )
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")
-_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
-_VERSION_RE = re.compile(r"^\d{1,4}(\.\d{1,4}){0,3}$")
-_OFFSET_RE = re.compile(r"^([+-])(\d{1,2}):?(\d{2})$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\Z")
+_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\Z")
+_VERSION_RE = re.compile(r"^\d{1,4}(\.\d{1,4}){0,3}\Z")
+_OFFSET_RE = re.compile(r"^([+-])(\d{1,2}):?(\d{2})\Z")
 
 
 class SpecError(Exception):
@@ -68,12 +68,12 @@ def _fail(path: str, message: str) -> NoReturn:
     raise SpecError(path, message)
 
 
-_KEY_RE = re.compile(r"^[A-Za-z0-9_@-][A-Za-z0-9_.@-]*$")
+_KEY_RE = re.compile(r"^[A-Za-z0-9_@-][A-Za-z0-9_.@-]*\Z")
 
 
 def _join(path: str, key: str) -> str:
     """`path.key`, or `path["odd key"]` when the key has characters that would garble the path."""
-    if not _KEY_RE.match(key) or len(key) > 64:
+    if not _KEY_RE.fullmatch(key) or len(key) > 64:  # fullmatch: "$" would allow a final newline
         return "%s[%s]" % (path, json.dumps(key[:64]))
     return "%s.%s" % (path, key) if path else key
 
