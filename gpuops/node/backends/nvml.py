@@ -333,7 +333,7 @@ class NvmlBackend(Backend):
 
     # ---- devices -----------------------------------------------------------------------------
     def _device(self, index: int) -> Union[_Device, GpuInfo]:
-        """The cached device, or a placeholder GpuInfo when its handle cannot be had now."""
+        """The cached device, or a stand-in GpuInfo (figures n/a) while its handle cannot be had."""
         dev = self._devices.get(index)
         if dev is not None:
             return dev
