@@ -16,10 +16,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-from gpuops.core.mig.layout import InstanceSpec, MigLayout, fingerprint, layout_of
-from gpuops.core.model import Gpu, GpuInstance
+from gpuops.core.mig.layout import (
+    InstanceSpec,
+    MigLayout,
+    compute_of,
+    disrupted_processes,
+    fingerprint,
+    kept_instances,
+    layout_of,
+)
+from gpuops.core.model import Gpu
 from gpuops.node.backends.base import Backend, BackendError
 from gpuops.node.state import NodeState
 
@@ -40,29 +48,6 @@ def _gpu(backend: Backend, index: int) -> Gpu:
     raise ApplyError("no_such_gpu", "GPU %d is not on this node" % index)
 
 
-def _kept(old: MigLayout, new: MigLayout) -> List[InstanceSpec]:
-    if not (old.enabled and new.enabled):
-        return []
-    return [i for i in old.instances if i in new.instances]
-
-
-def _in_the_way(gpu: Gpu, old: MigLayout, new: MigLayout) -> List[Any]:
-    """Processes that the change would disrupt: all of them on a mode change, else those on
-    GPU instances that go away."""
-    if old.enabled != new.enabled:
-        return list(gpu.processes)
-    kept = _kept(old, new)
-    assert gpu.mig is not None
-    kept_ids = {
-        gi.id for gi in gpu.mig.gpu_instances if InstanceSpec(gi.profile_id, gi.start, _cis(gi)) in kept
-    }
-    return [p for p in gpu.processes if p.gpu_instance_id not in kept_ids]
-
-
-def _cis(gi: GpuInstance) -> Tuple[int, ...]:
-    return tuple(ci.profile_id for ci in sorted(gi.compute_instances, key=lambda c: c.start))
-
-
 def apply_layout(
     backend: Backend,
     state: NodeState,
@@ -81,7 +66,7 @@ def apply_layout(
         raise ApplyError("stale", "GPU %d changed since the plan was made (layout or processes)" % index)
     if old == target and gpu.mig is not None and gpu.mig.pending == gpu.mig.current:
         return {"gpu": index, "changed": False, "stopped": []}
-    blocking = _in_the_way(gpu, old, target)
+    blocking = disrupted_processes(gpu, old, target)
     if blocking and not force:
         who = ", ".join("pid %d (%s)" % (p.pid, p.user or "?") for p in blocking)
         raise ApplyError(
@@ -124,9 +109,9 @@ def _transition(backend: Backend, index: int, target: MigLayout) -> None:
     gpu = _gpu(backend, index)
     current = layout_of(gpu)
     assert current is not None and gpu.mig is not None
-    keep = _kept(current, target)
+    keep = kept_instances(current, target)
     for gi in sorted(gpu.mig.gpu_instances, key=lambda g: g.start):
-        if InstanceSpec(gi.profile_id, gi.start, _cis(gi)) in keep:
+        if InstanceSpec(gi.profile_id, gi.start, compute_of(gi)) in keep:
             continue
         for ci in gi.compute_instances:
             backend.destroy_compute_instance(index, gi.id, ci.id)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from gpuops.core.model import Gpu
+from gpuops.core.model import Gpu, GpuInstance, GpuProcess
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,7 @@ def layout_of(gpu: Gpu) -> Optional[MigLayout]:
         return MigLayout(False)
     instances = []
     for gi in gpu.mig.gpu_instances:
-        cis = tuple(ci.profile_id for ci in sorted(gi.compute_instances, key=lambda c: c.start))
-        instances.append(InstanceSpec(gi.profile_id, gi.start, cis))
+        instances.append(InstanceSpec(gi.profile_id, gi.start, compute_of(gi)))
     return MigLayout(True, tuple(instances)).normalized()
 
 
@@ -85,3 +84,29 @@ def fingerprint(gpu: Gpu) -> str:
     }
     text = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def compute_of(gi: GpuInstance) -> Tuple[int, ...]:
+    """The CI profile ids of a live GPU instance, in placement order (as InstanceSpec.compute)."""
+    return tuple(ci.profile_id for ci in sorted(gi.compute_instances, key=lambda c: c.start))
+
+
+def kept_instances(old: MigLayout, new: MigLayout) -> List[InstanceSpec]:
+    """The instances a change from `old` to `new` leaves in place (with their processes)."""
+    if not (old.enabled and new.enabled):
+        return []
+    return [i for i in old.instances if i in new.instances]
+
+
+def disrupted_processes(gpu: Gpu, old: MigLayout, new: MigLayout) -> List[GpuProcess]:
+    """Processes that the change would disrupt: all of them on a mode change, else those on GPU
+    instances that go away."""
+    if old.enabled != new.enabled:
+        return list(gpu.processes)
+    if gpu.mig is None:
+        return []
+    kept = kept_instances(old, new)
+    kept_ids = {
+        gi.id for gi in gpu.mig.gpu_instances if InstanceSpec(gi.profile_id, gi.start, compute_of(gi)) in kept
+    }
+    return [p for p in gpu.processes if p.gpu_instance_id not in kept_ids]
