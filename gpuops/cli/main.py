@@ -25,6 +25,7 @@ _COMMAND_MODULES = (
     "gpuops.cli.demo",
     "gpuops.cli.tui",
     "gpuops.cli.limiter",
+    "gpuops.cli.plan",
 )
 
 for _name in _COMMAND_MODULES:

@@ -1,0 +1,313 @@
+"""`gpuops plan`, `apply`, `assert` and `export`: fleet.yaml's `carve:` made real, with a plan first.
+
+gpuops plan FLEET [-o plan.json] [--json]      what would change; exit 0 none, 1 error, 2 changes
+gpuops apply FLEET | --plan plan.json [--yes] [--force] [--parallel N]
+gpuops assert FLEET                            exit 0 when the live state matches, 1 when not
+gpuops export [-f FLEET] [-o FILE]             the live state as fleet.yaml carve: entries
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from gpuops.cli.errors import fail
+from gpuops.cli.fleet import load_or_fail
+from gpuops.fleet.targets import node_targets
+from gpuops.plan.apply import CHANGED, PARTIAL, UNCHANGED, NodeResult, apply_fleet, stale_gpus
+from gpuops.plan.diff import make_plan
+from gpuops.plan.export import carve_entries
+from gpuops.plan.live import NodeLive, read_fleet
+from gpuops.plan.model import Plan, PlanError, digest, plan_from_json
+from gpuops.plan.render import plan_lines
+from gpuops.spec import Fleet
+
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+DEFAULT_PARALLEL = 10
+
+_out = Console(highlight=False, soft_wrap=True)
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        fail(f"{path}: {exc.strerror or exc}")
+
+
+def _live(fleet: Fleet, parallel: int, names: set[str] | None = None) -> list[NodeLive]:
+    targets = [t for t in node_targets(fleet) if names is None or t.name in names]
+    return asyncio.run(read_fleet(targets, parallel=parallel, handshakes=fleet.max_handshakes))
+
+
+def _make(fleet_file: Path, parallel: int) -> tuple[Fleet, Plan]:
+    fleet = load_or_fail(fleet_file)
+    data = _read_bytes(fleet_file)
+    plan = make_plan(fleet, _live(fleet, parallel), str(fleet_file), digest(data), time.time())
+    return fleet, plan
+
+
+def _print_plan(plan: Plan) -> None:
+    for line in plan_lines(plan):
+        _out.print(line)
+
+
+def _write_json(path: Path, document: Any) -> None:
+    text = json.dumps(document, indent=2) + "\n"
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror or exc}")
+
+
+def _results_table(results: list[NodeResult]) -> None:
+    for r in sorted(results, key=lambda r: r.name):
+        style = {CHANGED: "green", UNCHANGED: "dim", PARTIAL: "yellow"}.get(r.status, "red")
+        _out.print(f"[bold]node {r.name}[/]: [{style}]{r.status}[/]" + (f": {r.error}" if r.error else ""))
+        for line in r.done:
+            _out.print(f"  [green]done[/] {line}")
+        for line in r.refused:
+            _out.print(f"  [red]not done[/] {line}")
+    counts = {s: sum(r.status == s for r in results) for s in (CHANGED, UNCHANGED, PARTIAL)}
+    bad = len(results) - sum(counts.values())
+    _out.print(
+        f"Apply: {counts[CHANGED]} node(s) changed, {counts[UNCHANGED]} unchanged, "
+        f"{counts[PARTIAL]} partly done, {bad} refused or failed."
+    )
+
+
+def _confirm(yes: bool, plan: Plan) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        fail("not a terminal: review the plan and confirm with --yes", code=EXIT_ERROR)
+    disruptive = plan.counts()["disruptive"]
+    question = "Apply these changes?" + (f" {disruptive} of them disrupt running work." if disruptive else "")
+    if not typer.confirm(question, default=False):
+        _out.print("Nothing applied.")
+        raise typer.Exit(EXIT_ERROR)
+
+
+def _finish(results: list[NodeResult], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"results": [r.to_json() for r in results]}, indent=2))
+    else:
+        _results_table(results)
+    raise typer.Exit(EXIT_OK if all(r.ok for r in results) else EXIT_ERROR)
+
+
+def plan_command(
+    fleet_file: Path = typer.Argument(..., help="fleet.yaml with carve: settings."),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Save the plan for `gpuops apply --plan`."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    parallel: int = typer.Option(DEFAULT_PARALLEL * 3, "--parallel", min=1, help="Nodes read at once."),
+) -> None:
+    """Show what apply would change (+ add, ~ change, - remove; disruptive actions marked).
+    Exit 0: no changes; 1: error; 2: changes."""
+    _fleet, plan = _make(fleet_file, parallel)
+    if as_json:
+        typer.echo(json.dumps(plan.to_json(), indent=2))
+    else:
+        _print_plan(plan)
+    if out is not None:
+        _write_json(out, plan.to_json())
+        if not as_json:
+            _out.print(f"Saved to {out}: apply it with gpuops apply --plan {out}")
+    raise typer.Exit(plan.exit_code())
+
+
+def _load_plan(path: Path) -> Plan:
+    try:
+        data = json.loads(_read_bytes(path).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        fail(f"{path}: not JSON ({exc})")
+    try:
+        return plan_from_json(data, str(path))
+    except PlanError as exc:
+        fail(str(exc))
+
+
+def apply_command(
+    fleet_file: Path | None = typer.Argument(None, help="fleet.yaml with carve: settings."),
+    plan_file: Path | None = typer.Option(None, "--plan", help="Apply exactly this saved plan."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    force: bool = typer.Option(False, "--force", help="Stop processes that are in the way."),
+    parallel: int = typer.Option(DEFAULT_PARALLEL, "--parallel", min=1, help="Nodes changed at once."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Make the live state what fleet.yaml says: per node concurrently, per GPU transactionally,
+    verified after. Refuses GPUs with running processes in the way unless --force."""
+    if plan_file is not None:
+        _apply_saved(fleet_file, plan_file, yes, force, parallel, as_json)
+        return
+    if fleet_file is None:
+        fail("say what to apply: FLEET.yaml, or --plan plan.json", code=2)
+    fleet, plan = _make(fleet_file, parallel * 3)
+    if not as_json:
+        _print_plan(plan)
+    if not plan.changes:
+        failed = [n for n in plan.nodes if n.failed]
+        if failed:
+            raise typer.Exit(EXIT_ERROR)
+        return
+    _confirm(yes, plan)
+    saved = {n.name: n for n in plan.nodes if n.changes or n.failed}
+    results = asyncio.run(apply_fleet(fleet, node_targets(fleet), saved, force=force, parallel=parallel))
+    _finish(results, as_json)
+
+
+def _apply_saved(
+    fleet_file: Path | None, plan_file: Path, yes: bool, force: bool, parallel: int, as_json: bool
+) -> None:
+    plan = _load_plan(plan_file)
+    source = fleet_file or (Path(plan.fleet_file) if plan.fleet_file else None)
+    if source is None:
+        fail(f"{plan_file}: the plan does not name its fleet.yaml; give it: gpuops apply FLEET --plan PLAN")
+    fleet = load_or_fail(source)
+    if not as_json and plan.fleet_digest and digest(_read_bytes(source)) != plan.fleet_digest:
+        _out.print(f"[yellow]note:[/] {source} changed since the plan was made; the plan is applied as saved")
+    todo = {n.name: n for n in plan.nodes if n.changes}
+    if not todo:
+        _out.print("The plan has no changes.")
+        return
+    unknown = sorted(set(todo) - {n.name for n in fleet.nodes})
+    if unknown:
+        fail(f"{plan_file}: node {unknown[0]} is not in {source}")
+    # The whole plan is checked before anything is applied: a plan made from another state is
+    # not applied anywhere.
+    lives = _live(fleet, parallel * 3, set(todo))
+    stale = []
+    for live in lives:
+        if not live.ok:
+            stale.append(f"{live.name}: cannot read it ({live.error})")
+            continue
+        stale += [f"{live.name} {line}" for line in stale_gpus(todo[live.name], live)]
+    if stale:
+        for line in stale:
+            _out.print(f"[red]changed since the plan:[/] {line}")
+        fail(f"the live state changed since {plan_file} was made; nothing applied (make a new plan)")
+    if not as_json:
+        _print_plan(Plan(tuple(todo.values())))
+    _confirm(yes, plan)
+    results = asyncio.run(apply_fleet(fleet, node_targets(fleet), todo, force=force, parallel=parallel))
+    _finish(results, as_json)
+
+
+def assert_command(
+    fleet_file: Path = typer.Argument(..., help="fleet.yaml with carve: settings."),
+    parallel: int = typer.Option(DEFAULT_PARALLEL * 3, "--parallel", min=1, help="Nodes read at once."),
+) -> None:
+    """Exit 0 when every node has what fleet.yaml says, 1 with the differences when not."""
+    _fleet, plan = _make(fleet_file, parallel)
+    if plan.changes or plan.failed:
+        _print_plan(plan)
+        _out.print("[red]The live state does not match.[/]")
+        raise typer.Exit(EXIT_ERROR)
+    _out.print("The live state matches fleet.yaml.")
+
+
+def _flow(value: Any) -> Any:
+    if isinstance(value, dict):
+        m = CommentedMap((k, _flow(v)) for k, v in value.items())
+        if all(not isinstance(v, (dict, list)) for v in value.values()) or all(
+            isinstance(v, dict) and all(not isinstance(x, (dict, list)) for x in v.values())
+            for v in value.values()
+        ):
+            m.fa.set_flow_style()
+        return m
+    if isinstance(value, list):
+        s = CommentedSeq(_flow(v) for v in value)
+        s.fa.set_flow_style()
+        return s
+    return value
+
+
+def _carve_yaml(entries: list[dict[str, Any]], fleet_text: str | None) -> str:
+    yaml = YAML(typ="rt", pure=True)
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.width = 110
+    carve = CommentedSeq()
+    for entry in entries:
+        item = CommentedMap()
+        for key, value in entry.items():
+            item[key] = _flow(value)
+        carve.append(item)
+    out = io.StringIO()
+    if fleet_text is None:
+        yaml.dump({"carve": carve}, out)
+        return out.getvalue()
+    document = yaml.load(fleet_text)
+    if not isinstance(document, dict):
+        fail("the fleet file is not a mapping")
+    document["carve"] = carve
+    yaml.dump(document, out)
+    return out.getvalue()
+
+
+def export_command(
+    fleet_file: Path | None = typer.Option(
+        None, "-f", "--fleet", help="Export these nodes (default: this host)."
+    ),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Write here instead of standard output."),
+    backend: str = typer.Option("nvml", "--backend", help="Without -f: nvml (real GPUs) or sim."),
+    parallel: int = typer.Option(DEFAULT_PARALLEL * 3, "--parallel", min=1, help="Nodes read at once."),
+) -> None:
+    """The live MIG, MPS and limiter settings as fleet.yaml carve: entries. With -f, the whole file
+    is written back with its carve: replaced, so `gpuops assert` on it passes."""
+    if fleet_file is not None:
+        fleet = load_or_fail(fleet_file)
+        lives = _live(fleet, parallel)
+        text: str | None = _read_bytes(fleet_file).decode("utf-8", "replace")
+    else:
+        lives = [asyncio.run(_local_live(backend))]
+        text = None
+    entries, notes = carve_entries(lives)
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+    result = _carve_yaml(entries, text)
+    if out is None:
+        typer.echo(result, nl=False)
+    else:
+        try:
+            out.write_text(result, encoding="utf-8")
+        except OSError as exc:
+            fail(f"cannot write {out}: {exc.strerror or exc}")
+    if any(not live.ok for live in lives):
+        raise typer.Exit(EXIT_ERROR)
+
+
+async def _local_live(backend: str) -> NodeLive:
+    from gpuops.fleet.agent_client import AgentError
+    from gpuops.fleet.local import local_agent
+    from gpuops.plan.live import read_node
+
+    try:
+        async with local_agent(backend) as client:
+            assert client.hello is not None
+            if client.hello.backend_error:
+                return NodeLive("localhost", error=client.hello.backend_error)
+            node = await client.inventory()
+            return await read_node(client, node.hostname)
+    except AgentError as exc:
+        return NodeLive("localhost", error=exc.message)
+    except OSError as exc:
+        return NodeLive("localhost", error=f"cannot start the local agent: {exc}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_command)
+    app.command("apply")(apply_command)
+    app.command("assert")(assert_command)
+    app.command("export")(export_command)

@@ -1,0 +1,430 @@
+"""Making a plan: what fleet.yaml's `carve:` wants (spec.Fleet.desired_for) against what each
+node has (plan/live.py), GPU by GPU.
+
+Per GPU, three independent kinds of change:
+- MIG: the target layout (the solver's explicit placements, with compute instances) against the
+  live one. Disruptive: a mode change, or instances destroyed; the processes on what goes away
+  are listed (the node refuses them again at apply time unless forced).
+- MPS: one control daemon per GPU, or per MIG device when MIG is on; its default thread
+  percentage, pinned memory limit and per-tenant values. Disruptive: stopping or restarting a
+  daemon whose servers have clients (new defaults reach only new servers).
+- limiter: the tenant lines that apply to the GPU. Never disruptive: running programs read the
+  new table within a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gpuops.core.mig.catalog import MigModel, find_model
+from gpuops.core.mig.layout import InstanceSpec, MigLayout, disrupted_processes, fingerprint, layout_of
+from gpuops.core.model import Gpu, GpuProcess
+from gpuops.core.units import format_bytes, format_percent
+from gpuops.plan.live import MpsDaemon, NodeLive
+from gpuops.plan.model import (
+    ADD,
+    CHANGE,
+    LIMITER,
+    MIG,
+    MPS,
+    REMOVE,
+    Action,
+    GpuPlan,
+    NodePlan,
+    Plan,
+    Proc,
+    state_fingerprint,
+)
+from gpuops.spec import Fleet
+from gpuops.spec.carve import DesiredGpu, DesiredMps
+
+Terms = tuple[str, int | None, float | None, str, str]
+
+
+# ---- showing things ------------------------------------------------------------------------------
+
+
+def _model(gpu: Gpu) -> MigModel | None:
+    return find_model(gpu.info.mig_model or gpu.info.name)
+
+
+def show_instance(spec: InstanceSpec, model: MigModel | None) -> str:
+    """'3g.40gb@4', with the compute split when it is not the default full CI: '3g.40gb@4[1c,2c]'."""
+    profile = model.find_profile(spec.profile_id) if model is not None else None
+    if profile is None:
+        return f"profile {spec.profile_id}@{spec.start}"
+    text = f"{profile.name}@{spec.start}"
+    default = profile.default_compute_profile.id
+    if spec.compute and spec.compute != (default,):
+        names = []
+        for ci in spec.compute:
+            found = [cp for cp in profile.compute_profiles if cp.id == ci]
+            names.append(found[0].name.split(".")[0] if found else str(ci))
+        text += "[" + ",".join(names) + "]"
+    elif not spec.compute:
+        text += "[no CI]"
+    return text
+
+
+def show_layout(layout: MigLayout | None, model: MigModel | None) -> str:
+    if layout is None:
+        return "no MIG"
+    if not layout.enabled:
+        return "MIG off"
+    if not layout.instances:
+        return "MIG on, no instances"
+    return ", ".join(show_instance(i, model) for i in layout.instances)
+
+
+def show_terms(t: Terms) -> str:
+    name, memory, compute, policy, klass = t
+    parts = [f"memory {format_bytes(memory)}" if memory is not None else "memory uncapped"]
+    parts.append(f"compute {format_percent(compute)}" if compute is not None else "no compute share")
+    parts += [policy, klass]
+    return f"{name}: " + ", ".join(parts)
+
+
+def _values(t: Terms) -> str:
+    return show_terms(t).split(": ", 1)[1]
+
+
+def _mps_values(atp: int | None, pinned: int | None) -> str:
+    threads = f"threads {atp}%" if atp is not None else "threads 100%"
+    memory = f"pinned {format_bytes(pinned)}" if pinned is not None else "no pinned limit"
+    return f"{threads}, {memory}"
+
+
+def _procs(processes: Sequence[GpuProcess]) -> tuple[Proc, ...]:
+    return tuple(Proc(p.pid, p.user, p.command.split(" ")[0] if p.command else "") for p in processes)
+
+
+# ---- the live state a GPU's plan is made from ---------------------------------------------------
+
+
+def live_summary(gpu: Gpu, live: NodeLive) -> dict[str, Any]:
+    """What `apply --plan` compares, in words people read when it changed."""
+    model = _model(gpu)
+    return {
+        "mig": show_layout(layout_of(gpu), model) + (" (mode change pending)" if _pending(gpu) else ""),
+        "processes": [f"{p.pid} ({p.user or '?'})" for p in sorted(gpu.processes, key=lambda p: p.pid)],
+        "mps": {d.device: d.settings() for d in live.daemons_of(gpu)},
+        "limiter": [show_terms(t) for t in live.limiter_terms(gpu)],
+    }
+
+
+def _pending(gpu: Gpu) -> bool:
+    return gpu.mig is not None and gpu.mig.pending != gpu.mig.current
+
+
+def gpu_fingerprint(gpu: Gpu, live: NodeLive) -> str:
+    return state_fingerprint(
+        {
+            "mig": fingerprint(gpu),
+            "mps": [d.settings() for d in live.daemons_of(gpu)],
+            "limiter": live.limiter_terms(gpu),
+        }
+    )
+
+
+def what_changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The differences between two live summaries, one line each."""
+    lines = []
+    labels = {"mig": "MIG layout", "processes": "processes", "mps": "MPS daemons", "limiter": "limiter lines"}
+    for key, label in labels.items():
+        if before.get(key) != after.get(key):
+            lines.append(f"{label}: was {_words(before.get(key))}, now {_words(after.get(key))}")
+    return lines
+
+
+def _words(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return "; ".join(f"{k} {v}" for k, v in value.items()) or "none"
+    return str(value)
+
+
+# ---- MIG -----------------------------------------------------------------------------------------
+
+
+def target_layout(desired: DesiredGpu, live: MigLayout) -> MigLayout | None:
+    """The core layout `desired.mig` asks for on this GPU; None when it cannot be placed."""
+    mig = desired.mig
+    assert mig is not None
+    if not mig.enabled:
+        return MigLayout(False)
+    if mig.keeps_instances:
+        return live if live.enabled else MigLayout(True)
+    layout = desired.mig_layout
+    if layout is None or not layout.ok:
+        return None
+    instances = []
+    for inst in layout.instances:
+        ordered = sorted(zip(inst.compute_starts, inst.compute, strict=True), key=lambda pair: pair[0])
+        instances.append(
+            InstanceSpec(inst.placement.profile_id, inst.placement.start, tuple(cp.id for _, cp in ordered))
+        )
+    return MigLayout(True, tuple(instances)).normalized()
+
+
+def mig_actions(gpu: Gpu, old: MigLayout, new: MigLayout) -> list[Action]:
+    model = _model(gpu)
+    actions: list[Action] = []
+    victims = _procs(disrupted_processes(gpu, old, new))
+    if old.enabled != new.enabled or _pending(gpu):
+        word = "on" if new.enabled else "off"
+        actions.append(
+            Action(MIG, CHANGE, f"MIG mode {'on' if old.enabled else 'off'} -> {word}", True, victims)
+        )
+    if old.enabled:
+        gone = [i for i in old.instances if not new.enabled or i not in new.instances]
+        for spec in gone:
+            on_it = _procs(_on_instance(gpu, spec))
+            actions.append(Action(MIG, REMOVE, f"instance {show_instance(spec, model)}", True, on_it))
+    if new.enabled:
+        for spec in new.instances:
+            if not old.enabled or spec not in old.instances:
+                actions.append(Action(MIG, ADD, f"instance {show_instance(spec, model)}"))
+    return actions
+
+
+def _on_instance(gpu: Gpu, spec: InstanceSpec) -> list[GpuProcess]:
+    if gpu.mig is None:
+        return []
+    ids = {
+        gi.id for gi in gpu.mig.gpu_instances if (gi.profile_id, gi.start) == (spec.profile_id, spec.start)
+    }
+    return [p for p in gpu.processes if p.gpu_instance_id in ids]
+
+
+# ---- MPS -----------------------------------------------------------------------------------------
+
+
+def mps_payload(fleet: Fleet, mps: DesiredMps, per_instance: bool) -> dict[str, Any]:
+    """What apply sends for each daemon of the GPU (devices are resolved at apply time, after any
+    MIG change has made the MIG devices)."""
+    tenants = []
+    for t in mps.per_tenant:
+        values = mps.for_tenant(t.name)
+        team = fleet.teams.get(t.name)
+        tenants.append(
+            {
+                "name": t.name,
+                "users": list(team.users) if team is not None else [],
+                "active_thread_percentage": values.active_thread_percentage,
+                "pinned_memory_limit": values.pinned_memory_limit,
+            }
+        )
+    return {
+        "enabled": mps.enabled,
+        "per_instance": per_instance,
+        "pipe_directory": mps.pipe_directory,
+        "log_directory": mps.log_directory,
+        "active_thread_percentage": mps.active_thread_percentage,
+        "pinned_memory_limit": mps.pinned_memory_limit,
+        "tenants": tenants,
+    }
+
+
+def wanted_daemon(payload: dict[str, Any], device: str) -> dict[str, Any]:
+    """MpsDaemon.settings() of the daemon `payload` wants on `device`."""
+    return {
+        "running": bool(payload["enabled"]),
+        "pipe_directory": f"{payload['pipe_directory']}/{device}",
+        "active_thread_percentage": payload["active_thread_percentage"],
+        "pinned_memory_limit": payload["pinned_memory_limit"],
+        "tenants": {
+            t["name"]: {
+                "active_thread_percentage": t["active_thread_percentage"],
+                "pinned_memory_limit": t["pinned_memory_limit"],
+            }
+            for t in sorted(payload["tenants"], key=lambda t: t["name"])
+        },
+    }
+
+
+def mig_devices(gpu: Gpu) -> list[str]:
+    """The MIG device UUIDs (one per compute instance) of a GPU, in placement order."""
+    if gpu.mig is None or not gpu.mig.current:
+        return []
+    devices = []
+    for gi in sorted(gpu.mig.gpu_instances, key=lambda g: g.start):
+        for ci in sorted(gi.compute_instances, key=lambda c: c.start):
+            if ci.uuid:
+                devices.append(ci.uuid)
+    return devices
+
+
+def daemon_devices(gpu: Gpu, per_instance: bool) -> list[str]:
+    return mig_devices(gpu) if per_instance else [gpu.info.uuid]
+
+
+def _mps_diff(
+    payload: dict[str, Any],
+    devices: Sequence[str],
+    daemons: Sequence[MpsDaemon],
+    users: dict[int, GpuProcess],
+) -> list[Action]:
+    actions = []
+    by_device = {d.device: d for d in daemons}
+    for device in devices:
+        want = wanted_daemon(payload, device)
+        have = by_device.get(device)
+        values = _mps_values(want["active_thread_percentage"], want["pinned_memory_limit"])
+        if have is None or not have.running:
+            if want["running"]:
+                actions.append(Action(MPS, ADD, f"MPS daemon on {device} ({values})"))
+            continue
+        clients = _procs([users.get(pid) or GpuProcess(pid, 0) for pid in have.clients])
+        if not want["running"]:
+            actions.append(Action(MPS, REMOVE, f"MPS daemon on {device}", bool(clients), clients))
+            continue
+        if have.settings() != want:
+            before = _mps_values(have.active_thread_percentage, have.pinned_memory_limit)
+            text = f"MPS daemon on {device}: {before} -> {values}"
+            if have.tenants != want["tenants"]:
+                text += f"; tenants {sorted(want['tenants']) or 'none'}"
+            actions.append(Action(MPS, CHANGE, text, bool(clients), clients))
+    for device, have in by_device.items():
+        if device not in devices and have.running:
+            clients = _procs([users.get(pid) or GpuProcess(pid, 0) for pid in have.clients])
+            actions.append(Action(MPS, REMOVE, f"MPS daemon on {device} (device goes away)", True, clients))
+    return actions
+
+
+# ---- limiter -------------------------------------------------------------------------------------
+
+
+def desired_terms(desired: DesiredGpu) -> list[Terms] | None:
+    if desired.limiter is None:
+        return None
+    if not desired.limiter.enabled:
+        return []
+    return sorted((t.name, t.memory, t.compute, t.policy, t.klass) for t in desired.limiter.tenants)
+
+
+def terms_json(terms: Sequence[Terms]) -> list[dict[str, Any]]:
+    return [{"name": n, "memory": m, "compute": c, "policy": p, "class": k} for n, m, c, p, k in terms]
+
+
+def terms_from_json(lines: Sequence[dict[str, Any]]) -> list[Terms]:
+    return sorted((t["name"], t["memory"], t["compute"], t["policy"], t["class"]) for t in lines)
+
+
+def limiter_actions(old: Sequence[Terms], new: Sequence[Terms]) -> list[Action]:
+    before = {t[0]: t for t in old}
+    after = {t[0]: t for t in new}
+    actions = []
+    for name in sorted(set(before) | set(after)):
+        if name not in after:
+            actions.append(Action(LIMITER, REMOVE, f"limiter tenant {show_terms(before[name])}"))
+        elif name not in before:
+            actions.append(Action(LIMITER, ADD, f"limiter tenant {show_terms(after[name])}"))
+        elif before[name] != after[name]:
+            actions.append(
+                Action(
+                    LIMITER,
+                    CHANGE,
+                    f"limiter tenant {show_terms(before[name])} -> {_values(after[name])}",
+                )
+            )
+    return actions
+
+
+# ---- per GPU, node, fleet ------------------------------------------------------------------------
+
+
+def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
+    info = gpu.info
+    old = layout_of(gpu)
+    desired = fleet.desired_for(
+        live.name,
+        info.index,
+        info.uuid,
+        info.mig_model or info.name,
+        mig_mode=old.enabled if old is not None else None,
+        memory_total=info.memory_total_bytes if isinstance(info.memory_total_bytes, int) else None,
+    )
+    problems = [str(p) for p in desired.problems]
+    actions: list[Action] = []
+    mig_payload = None
+    new = old
+    if desired.mig is not None and not problems:
+        if old is None:
+            if desired.mig.enabled:
+                problems.append(
+                    f"{desired.mig.location}: GPU {info.index} ({info.name}) does not support MIG"
+                )
+        else:
+            target = target_layout(desired, old)
+            if target is None:
+                reason = desired.mig_layout.reason if desired.mig_layout is not None else "no layout"
+                problems.append(f"{desired.mig.location}: GPU {info.index} ({info.name}): {reason}")
+            elif target != old or _pending(gpu):
+                actions += mig_actions(gpu, old, target)
+                mig_payload = {"layout": target.to_json(), "expect": fingerprint(gpu)}
+                new = target
+    mps = None
+    if desired.mps is not None and not problems:
+        if live.mps is None:
+            problems.append(f"node {live.name}: its agent cannot manage MPS (update gpuops on the node)")
+        else:
+            per_instance = bool(new is not None and new.enabled)
+            mps = mps_payload(fleet, desired.mps, per_instance)
+            users = {p.pid: p for p in gpu.processes}
+            if mig_payload is not None and per_instance:
+                # The MIG devices are made by the apply; their daemons are started after it.
+                for d in live.daemons_of(gpu):
+                    if d.running:
+                        clients = _procs([users.get(pid) or GpuProcess(pid, 0) for pid in d.clients])
+                        actions.append(
+                            Action(MPS, REMOVE, f"MPS daemon on {d.device} (MIG change)", True, clients)
+                        )
+                if mps["enabled"]:
+                    n = len(new.instances) if new is not None else 0
+                    values = _mps_values(mps["active_thread_percentage"], mps["pinned_memory_limit"])
+                    actions.append(
+                        Action(MPS, ADD, f"MPS daemon on each of the {n} new MIG devices ({values})")
+                    )
+            else:
+                actions += _mps_diff(mps, daemon_devices(gpu, per_instance), live.daemons_of(gpu), users)
+    limiter = None
+    wanted_terms = desired_terms(desired)
+    if wanted_terms is not None and not problems:
+        if live.limiter is None:
+            problems.append(
+                f"node {live.name}: its agent cannot write the limiter table (update gpuops on the node)"
+            )
+        else:
+            changes = limiter_actions(live.limiter_terms(gpu), wanted_terms)
+            if changes:
+                actions += changes
+                limiter = terms_json(wanted_terms)
+    if mps is not None and not any(a.kind == MPS for a in actions):
+        mps = None
+    return GpuPlan(
+        index=info.index,
+        uuid=info.uuid,
+        name=info.name,
+        fingerprint=gpu_fingerprint(gpu, live),
+        live=live_summary(gpu, live),
+        actions=tuple(actions) if not problems else (),
+        problems=tuple(problems),
+        mig=mig_payload if not problems else None,
+        mps=mps if not problems else None,
+        limiter=limiter if not problems else None,
+    )
+
+
+def plan_node(fleet: Fleet, live: NodeLive) -> NodePlan:
+    if not live.ok:
+        return NodePlan(live.name, error=live.error or "no data", kind=live.kind or "unreachable")
+    gpus = tuple(plan_gpu(fleet, live, gpu) for gpu in sorted(live.gpus, key=lambda g: g.info.index))
+    return NodePlan(live.name, gpus, limiter_generation=live.limiter_generation)
+
+
+def make_plan(
+    fleet: Fleet, lives: Sequence[NodeLive], fleet_file: str = "", fleet_digest: str = "", now: float = 0.0
+) -> Plan:
+    return Plan(tuple(plan_node(fleet, live) for live in lives), fleet_file, fleet_digest, now)

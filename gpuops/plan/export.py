@@ -1,0 +1,173 @@
+"""`gpuops export`: the live MIG layouts, MPS daemons and limiter lines written back as fleet.yaml
+`carve:` entries, so that `gpuops assert` on the result passes and `gpuops plan` shows nothing.
+
+One entry per node and group of GPUs with the same settings. MIG layouts are written as explicit
+placements (`3g.40gb@4`), which say exactly what the GPU has. A compute-instance split is written
+per GPU instance profile (fleet.yaml's form); when instances of one profile are split differently
+on the same GPU that cannot be written, and the export says so (`notes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gpuops.core.mig.catalog import find_model
+from gpuops.core.mig.layout import layout_of
+from gpuops.core.model import Gpu
+from gpuops.core.units import format_bytes
+from gpuops.plan.live import NodeLive
+from gpuops.spec.desired import DEFAULT_MPS_LOG_DIRECTORY, DEFAULT_MPS_PIPE_DIRECTORY
+
+
+def _mig(gpu: Gpu, notes: list[str], where: str) -> dict[str, Any] | None:
+    layout = layout_of(gpu)
+    model = find_model(gpu.info.mig_model or gpu.info.name)
+    if layout is None:
+        return None
+    if not layout.enabled:
+        return {"enabled": False}
+    if model is None:
+        notes.append(f"{where}: MIG model {gpu.info.name!r} is not in the catalog; its layout is left out")
+        return {"enabled": True}
+    placements = []
+    splits: dict[str, list[str]] = {}
+    for spec in layout.instances:
+        profile = model.find_profile(spec.profile_id)
+        if profile is None:
+            notes.append(f"{where}: unknown profile id {spec.profile_id}; the layout is left out")
+            return {"enabled": True}
+        placements.append(f"{profile.name}@{spec.start}")
+        default = (profile.default_compute_profile.id,)
+        if spec.compute == default:
+            split: list[str] = []
+        else:
+            split = [
+                next((cp.name.split(".")[0] for cp in profile.compute_profiles if cp.id == ci), str(ci))
+                for ci in spec.compute
+            ]
+            split.sort(key=lambda name: -int(name.rstrip("c")) if name.rstrip("c").isdigit() else 0)
+        if profile.name in splits and splits[profile.name] != split:
+            notes.append(
+                f"{where}: instances of {profile.name} are split differently; only the first split is written"
+            )
+            continue
+        splits[profile.name] = split
+    entry: dict[str, Any] = {"enabled": True, "placements": placements}
+    compute = {name: split for name, split in splits.items() if split}
+    if compute:
+        entry["compute"] = compute
+    return entry
+
+
+def _size(value: int | None) -> str | None:
+    return format_bytes(value) if value is not None else None
+
+
+def _mps(gpu: Gpu, live: NodeLive, notes: list[str], where: str) -> dict[str, Any] | None:
+    daemons = [d for d in live.daemons_of(gpu) if d.running]
+    if live.mps is None or not daemons:
+        return None
+    first = daemons[0]
+    if any(
+        d.settings() | {"pipe_directory": ""} != first.settings() | {"pipe_directory": ""} for d in daemons
+    ):
+        notes.append(f"{where}: its MPS daemons differ; the first one's settings are written")
+    entry: dict[str, Any] = {"enabled": True}
+    if first.active_thread_percentage is not None:
+        entry["active_thread_percentage"] = first.active_thread_percentage
+    if first.pinned_memory_limit is not None:
+        entry["pinned_memory_limit"] = _size(first.pinned_memory_limit)
+    per_tenant = {}
+    for name, values in sorted(first.tenants.items()):
+        t: dict[str, Any] = {}
+        if values.get("active_thread_percentage") is not None:
+            t["active_thread_percentage"] = values["active_thread_percentage"]
+        if values.get("pinned_memory_limit") is not None:
+            t["pinned_memory_limit"] = _size(values["pinned_memory_limit"])
+        per_tenant[name] = t
+    if per_tenant:
+        entry["per_tenant"] = per_tenant
+    root = first.pipe_directory.rsplit("/", 1)[0] if "/" in first.pipe_directory else ""
+    if root and root != DEFAULT_MPS_PIPE_DIRECTORY:
+        entry["pipe_directory"] = root
+    log_root = first.log_directory.rsplit("/", 1)[0] if "/" in first.log_directory else ""
+    if log_root and log_root != DEFAULT_MPS_LOG_DIRECTORY:
+        entry["log_directory"] = log_root
+    return entry
+
+
+def _limiter(gpu: Gpu, live: NodeLive) -> dict[str, Any] | None:
+    if live.limiter is None:
+        return None
+    terms = live.limiter_terms(gpu)
+    if not terms:
+        return None
+    tenants: dict[str, Any] = {}
+    for name, memory, compute, policy, klass in terms:
+        t: dict[str, Any] = {}
+        if memory is not None:
+            t["memory"] = _size(memory)
+        if compute is not None:
+            t["compute"] = f"{compute:g}%"
+        t["policy"] = policy
+        t["class"] = klass
+        tenants[name] = t
+    return {"tenants": tenants}
+
+
+def gpu_settings(gpu: Gpu, live: NodeLive, notes: list[str]) -> dict[str, Any]:
+    where = f"{live.name} GPU {gpu.info.index}"
+    settings: dict[str, Any] = {}
+    for key, value in (
+        ("mig", _mig(gpu, notes, where)),
+        ("mps", _mps(gpu, live, notes, where)),
+        ("limiter", _limiter(gpu, live)),
+    ):
+        if value is not None:
+            settings[key] = value
+    return settings
+
+
+def _indices(indices: Sequence[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    parts: list[str] = []
+    run: list[int] = []
+    for i in sorted(indices):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [i]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def carve_entries(lives: Sequence[NodeLive]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The carve: entries that describe the live state, and notes on what could not be written."""
+    entries: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for live in lives:
+        if not live.ok:
+            notes.append(f"{live.name}: not exported ({live.error or 'no data'})")
+            continue
+        groups: list[tuple[dict[str, Any], list[int]]] = []
+        for gpu in sorted(live.gpus, key=lambda g: g.info.index):
+            settings = gpu_settings(gpu, live, notes)
+            if not settings:
+                continue
+            for known, indices in groups:
+                if known == settings:
+                    indices.append(gpu.info.index)
+                    break
+            else:
+                groups.append((settings, [gpu.info.index]))
+        all_gpus = len(live.gpus)
+        for settings, indices in groups:
+            select: dict[str, Any] = {"nodes": live.name}
+            if len(indices) != all_gpus:
+                select["gpus"] = _indices(indices)
+            entries.append({"select": select, **settings})
+    return entries, notes
