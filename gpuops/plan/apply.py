@@ -92,8 +92,9 @@ def stale_gpus(saved: NodePlan, live: NodeLive) -> list[str]:
                 f"GPU {planned.index}: is {'gone' if gpu is None else gpu.info.uuid}, was {planned.uuid}"
             )
             continue
-        if gpu_fingerprint(gpu, live) != planned.fingerprint:
-            changed = what_changed(planned.live, live_summary(gpu, live)) or ["its state"]
+        disrupts = any(a.disruptive for a in planned.actions)
+        if gpu_fingerprint(gpu, live, disrupts) != planned.fingerprint:
+            changed = what_changed(planned.live, live_summary(gpu, live), disrupts) or ["its state"]
             lines += [f"GPU {planned.index}: {c}" for c in changed]
     return lines
 
