@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -31,8 +32,11 @@ MAX_REQUEST_BYTES = 64 * 1024
 # Replies carry whole nodes (hundreds of processes on an 8-GPU box fit easily).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 
-OPS = ("hello", "inventory", "sample", "watch", "cancel", "mig_apply")
-MAX_CHANGES = 64  # GPUs changed by one mig_apply request
+OPS = ("hello", "inventory", "sample", "watch", "cancel", "mig_apply", "config", "mps_apply", "limiter_apply")
+MAX_CHANGES = 64  # GPUs changed by one mig_apply request, devices by one mps_apply request
+MAX_TENANTS = 64  # tenants of one MPS device, lines of the limiter table
+MAX_USERS = 64  # users of one MPS tenant
+MAX_LIMITER_GPUS = 256  # GPU references of one limiter line
 
 MIN_WATCH_INTERVAL = 0.05
 MAX_WATCH_INTERVAL = 3600.0
@@ -50,6 +54,7 @@ TOO_MANY_WATCHES = "too_many_watches"
 BACKEND_ERROR = "backend_error"  # the backend refused (message starts with the NVML code)
 BACKEND_UNAVAILABLE = "backend_unavailable"  # no NVML, bad sim spec: the agent cannot serve
 BUSY = "busy"  # another apply holds the node lock
+STALE = "stale"  # the node changed since the plan was made (limiter table generation)
 INTERNAL = "internal"
 
 RequestId = Union[int, str]
@@ -177,6 +182,258 @@ def mig_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[MigChange, ...], bool, s
     if not isinstance(holder, str) or len(holder) > 200:
         raise ValueError("'holder' must be a short string")
     return tuple(out), force, holder
+
+
+_DEVICE_RE = re.compile(r"^(GPU|MIG)-[A-Za-z0-9/_.-]{1,120}\Z")
+_TENANT_RE = re.compile(r"^[A-Za-z0-9._-]{1,63}\Z")
+_USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?\Z")
+_GPU_REF_RE = re.compile(r"^[A-Za-z0-9_./:-]{1,128}\Z")
+_MAX_BYTES = 1 << 60
+LIMITER_POLICIES = ("best-effort", "fixed-share", "burst-share")
+LIMITER_CLASSES = ("online", "offline")
+
+
+@dataclass(frozen=True)
+class MpsTenant:
+    name: str
+    users: Tuple[str, ...]  # unix user names whose MPS servers get these values
+    active_thread_percentage: Optional[int]  # None: the device's default
+    pinned_memory_limit: Optional[int]  # bytes; None: the device's default
+
+
+@dataclass(frozen=True)
+class MpsChange:
+    """MPS wanted on one device: a GPU (GPU-uuid) or a MIG device (MIG-uuid) of GPU `gpu`."""
+
+    gpu: int
+    device: str
+    enabled: bool
+    pipe_directory: str
+    log_directory: str
+    active_thread_percentage: Optional[int]  # None: MPS's default (100)
+    pinned_memory_limit: Optional[int]  # bytes; None: no limit
+    tenants: Tuple[MpsTenant, ...] = ()
+
+
+@dataclass(frozen=True)
+class LimiterTenant:
+    """One line of the limiter tenant table (fields as gpuops.node.limiter.TenantSpec)."""
+
+    name: str  # a tenant, or * for tenants without a line of their own
+    memory: Optional[int]  # bytes; None = no cap
+    compute: Optional[float]  # percent; None = no share
+    policy: Optional[str]  # None: fixed-share with a compute share, else best-effort
+    klass: str  # online | offline
+    gpus: Tuple[str, ...]  # indices or UUIDs; () = every GPU
+
+
+def _unknown(where: str, data: Dict[str, Any], known: Tuple[str, ...]) -> None:
+    unknown = sorted(str(k) for k in set(data) - set(known))
+    if unknown:
+        what = "key" if where else "argument"
+        raise ValueError("%sunknown %s %r" % (where, what, unknown[0][:64]))
+
+
+def _force_holder(args: Dict[str, Any]) -> Tuple[bool, str]:
+    force, holder = args.get("force", False), args.get("holder", "")
+    if not isinstance(force, bool):
+        raise ValueError("'force' must be true or false")
+    if not isinstance(holder, str) or len(holder) > 200:
+        raise ValueError("'holder' must be a short string")
+    return force, holder
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _opt_percentage(value: Any, where: str) -> Optional[int]:
+    if value is None:
+        return None
+    if not _is_int(value) or not 1 <= value <= 100:
+        raise ValueError("%s must be a whole percentage from 1 to 100, or null" % where)
+    return int(value)
+
+
+def _opt_bytes(value: Any, where: str, minimum: int = 1) -> Optional[int]:
+    if value is None:
+        return None
+    if not _is_int(value) or not minimum <= value <= _MAX_BYTES:
+        raise ValueError("%s must be a number of bytes (at least %d), or null" % (where, minimum))
+    return int(value)
+
+
+def _directory(value: Any, where: str) -> str:
+    if (
+        not isinstance(value, str)
+        or not value.startswith("/")
+        or len(value) > 255
+        or not value.isprintable()
+        or value.rstrip("/") == ""
+        or any(part in (".", "..") for part in value.split("/"))
+    ):
+        raise ValueError("%s must be an absolute path without '.' or '..' (at most 255 characters)" % where)
+    return value.rstrip("/")
+
+
+def _mps_tenants(value: Any, where: str) -> Tuple[MpsTenant, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_TENANTS:
+        raise ValueError("%s must be a list of at most %d tenants" % (where, MAX_TENANTS))
+    out = []
+    names = set()
+    users_seen: Dict[str, str] = {}
+    for n, item in enumerate(value):
+        at = "%s[%d]" % (where, n)
+        if not isinstance(item, dict):
+            raise ValueError(
+                "%s must be an object with name, users, active_thread_percentage and pinned_memory_limit" % at
+            )
+        _unknown(at + ": ", item, ("name", "users", "active_thread_percentage", "pinned_memory_limit"))
+        name = item.get("name")
+        if not isinstance(name, str) or not _TENANT_RE.match(name) or name in names:
+            raise ValueError("%s.name must be a tenant name (letters, digits, '.', '_', '-'), once" % at)
+        users = item.get("users", [])
+        if not isinstance(users, list) or len(users) > MAX_USERS:
+            raise ValueError("%s.users must be a list of at most %d user names" % (at, MAX_USERS))
+        for u in users:
+            if not isinstance(u, str) or not _USER_RE.match(u):
+                raise ValueError("%s.users: %r is not a unix user name" % (at, str(u)[:40]))
+            if u in users_seen and users_seen[u] != name:
+                raise ValueError("%s.users: %s is also a user of tenant %s" % (at, u, users_seen[u]))
+            users_seen[u] = name
+        names.add(name)
+        out.append(
+            MpsTenant(
+                name=name,
+                users=tuple(dict.fromkeys(users)),
+                active_thread_percentage=_opt_percentage(
+                    item.get("active_thread_percentage"), at + ".active_thread_percentage"
+                ),
+                pinned_memory_limit=_opt_bytes(
+                    item.get("pinned_memory_limit"), at + ".pinned_memory_limit", 1 << 20
+                ),
+            )
+        )
+    return tuple(out)
+
+
+_MPS_KEYS = (
+    "gpu",
+    "device",
+    "enabled",
+    "pipe_directory",
+    "log_directory",
+    "active_thread_percentage",
+    "pinned_memory_limit",
+    "tenants",
+)
+
+
+def mps_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[MpsChange, ...], bool, str]:
+    """Validate an mps_apply request: the MPS wanted per device, whether forced, who asks."""
+    _unknown("", args, ("changes", "force", "holder"))
+    changes = args.get("changes")
+    if not isinstance(changes, list) or not 0 < len(changes) <= MAX_CHANGES:
+        raise ValueError("'changes' must be a list of 1 to %d device changes" % MAX_CHANGES)
+    out: List[MpsChange] = []
+    devices = set()
+    pipes = set()
+    for n, change in enumerate(changes):
+        at = "changes[%d]" % n
+        if not isinstance(change, dict):
+            raise ValueError("%s must be an object with %s" % (at, ", ".join(_MPS_KEYS)))
+        _unknown(at + ": ", change, _MPS_KEYS)
+        gpu = change.get("gpu")
+        if not isinstance(gpu, int) or isinstance(gpu, bool) or not 0 <= gpu < 256:
+            raise ValueError("%s.gpu must be a GPU index" % at)
+        device = change.get("device")
+        if not isinstance(device, str) or not _DEVICE_RE.match(device) or device in devices:
+            raise ValueError("%s.device must be a GPU-... or MIG-... UUID, once" % at)
+        enabled = change.get("enabled")
+        if not isinstance(enabled, bool):
+            raise ValueError("%s.enabled must be true or false" % at)
+        pipe = _directory(change.get("pipe_directory"), at + ".pipe_directory")
+        if pipe in pipes:
+            raise ValueError("%s.pipe_directory %s is given to two devices" % (at, pipe))
+        log_value = change.get("log_directory")
+        if log_value is None and enabled:
+            raise ValueError("%s.log_directory is needed when MPS is enabled" % at)
+        log = "" if log_value is None else _directory(log_value, at + ".log_directory")
+        devices.add(device)
+        pipes.add(pipe)
+        out.append(
+            MpsChange(
+                gpu=gpu,
+                device=device,
+                enabled=enabled,
+                pipe_directory=pipe,
+                log_directory=log,
+                active_thread_percentage=_opt_percentage(
+                    change.get("active_thread_percentage"), at + ".active_thread_percentage"
+                ),
+                pinned_memory_limit=_opt_bytes(
+                    change.get("pinned_memory_limit"), at + ".pinned_memory_limit", 1 << 20
+                ),
+                tenants=_mps_tenants(change.get("tenants"), at + ".tenants"),
+            )
+        )
+    force, holder = _force_holder(args)
+    return tuple(out), force, holder
+
+
+def _limiter_tenant(item: Any, at: str) -> LimiterTenant:
+    if not isinstance(item, dict):
+        raise ValueError("%s must be an object with name, memory, compute, policy, class, gpus" % at)
+    _unknown(at + ": ", item, ("name", "memory", "compute", "policy", "class", "gpus"))
+    name = item.get("name")
+    if not isinstance(name, str) or not (name == "*" or _TENANT_RE.match(name)):
+        raise ValueError("%s.name must be a tenant name (letters, digits, '.', '_', '-') or *" % at)
+    memory = _opt_bytes(item.get("memory"), at + ".memory")
+    compute = item.get("compute")
+    if compute is not None and (
+        isinstance(compute, bool)
+        or not isinstance(compute, (int, float))
+        or not math.isfinite(compute)
+        or not 0 < compute <= 100
+    ):
+        raise ValueError("%s.compute must be a percentage in (0, 100], or null" % at)
+    policy = item.get("policy")
+    if policy is not None and policy not in LIMITER_POLICIES:
+        raise ValueError("%s.policy must be one of %s, or null" % (at, ", ".join(LIMITER_POLICIES)))
+    klass = item.get("class", "online")
+    if klass not in LIMITER_CLASSES:
+        raise ValueError("%s.class must be online or offline" % at)
+    gpus = item.get("gpus", [])
+    if not isinstance(gpus, list) or len(gpus) > MAX_LIMITER_GPUS:
+        raise ValueError("%s.gpus must be a list of at most %d GPU indices or UUIDs" % (at, MAX_LIMITER_GPUS))
+    for g in gpus:
+        if not isinstance(g, str) or not _GPU_REF_RE.match(g):
+            raise ValueError("%s.gpus: %r is not a GPU index or UUID" % (at, str(g)[:40]))
+    return LimiterTenant(
+        name=name,
+        memory=memory,
+        compute=None if compute is None else float(compute),
+        policy=policy,
+        klass=klass,
+        gpus=tuple(gpus),
+    )
+
+
+def limiter_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[LimiterTenant, ...], Optional[int], str]:
+    """Validate a limiter_apply request: the table's lines, the generation the plan saw
+    (None: do not check), who asks."""
+    _unknown("", args, ("tenants", "expect_generation", "holder"))
+    tenants = args.get("tenants")
+    if not isinstance(tenants, list) or len(tenants) > MAX_TENANTS:
+        raise ValueError("'tenants' must be a list of at most %d tenant lines" % MAX_TENANTS)
+    out = tuple(_limiter_tenant(t, "tenants[%d]" % n) for n, t in enumerate(tenants))
+    expect = args.get("expect_generation")
+    if expect is not None and (not _is_int(expect) or not 0 <= expect < 2**63):
+        raise ValueError("'expect_generation' must be a table generation (an integer >= 0), or null")
+    _force, holder = _force_holder({"holder": args.get("holder", "")})
+    return out, expect, holder
 
 
 def hello_versions(args: Dict[str, Any]) -> int:

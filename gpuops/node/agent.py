@@ -11,16 +11,32 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import platform
 import socket
 import sys
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Dict,
+    List,
+    Optional,
+    Set,
+    Tuple,
+    Union,
+)
 
 from gpuops import __version__
 from gpuops.core import protocol as proto
 from gpuops.core.codec import to_json
 from gpuops.core.delta import diff
 from gpuops.node.backends.base import Backend, BackendError
+
+if TYPE_CHECKING:
+    from gpuops.node.mps import MpsControl
 
 try:
     from typing import Protocol
@@ -115,10 +131,14 @@ class Agent:
         hostname: Optional[str] = None,
         inline: bool = False,
         state_dir: Optional[str] = None,
+        limiter_dir: Optional[str] = None,
+        mps_control: Optional[str] = None,
     ) -> None:
         """`inline=True` calls the backend on the event loop thread: only for backends that never
         block (the simulator), so that one process can serve a thousand simulated nodes without
-        a thousand threads."""
+        a thousand threads. `limiter_dir`: where the limiter's tenant table lives (default
+        node/limiter.DEFAULT_DIR). `mps_control`: the `nvidia-cuda-mps-control` to run, for any
+        backend (default: the backend's own MPS control)."""
         self.backend = backend
         self.backend_name = backend_name
         self.unavailable_reason = unavailable_reason
@@ -128,6 +148,12 @@ class Agent:
 
             state_dir = default_state_dir()
         self.state_dir = state_dir  # the node lock and the MIG journal (node/state.py)
+        if limiter_dir is None:
+            from gpuops.node.limiter import DEFAULT_DIR
+
+            limiter_dir = DEFAULT_DIR
+        self.limiter_dir = limiter_dir
+        self.mps_binary = mps_control
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         if not inline:
             self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpuops-backend")
@@ -346,6 +372,162 @@ class Agent:
         finally:
             NodeState.unlock(lock)
 
+    # ---- MPS and limiter settings ----------------------------------------------------------
+
+    def _mps_control(self) -> Tuple[Optional["MpsControl"], str]:
+        """The MPS control to use, or (None, why there is none)."""
+        from gpuops.node.mps import BinaryMpsControl
+
+        if self.mps_binary:
+            return BinaryMpsControl(self.mps_binary), ""
+        if self.backend is None:
+            return None, self.unavailable_reason
+        try:
+            return self.backend.mps_control(), ""
+        except BackendError as exc:
+            return None, str(exc)
+
+    def _user_name(self, uid: int) -> str:
+        from gpuops.node.backends.base import unix_user_name
+
+        return self.backend.user_name(uid) if self.backend is not None else unix_user_name(uid)
+
+    async def _op_config(self, request: proto.Request) -> None:
+        _no_args(request.args)
+        result = await self._call(self._config)
+        await self._send(proto.reply(request.id, result))
+
+    def _config(self) -> Dict[str, Any]:
+        from gpuops.node.limiter import LimiterError, read_table
+        from gpuops.node.mps_apply import MpsRecord, live_config
+
+        control, why = self._mps_control()
+        mps = live_config(self._user_name, control, MpsRecord(self.state_dir), why)
+        limiter: Dict[str, Any] = {"directory": self.limiter_dir, "generation": 0, "tenants": []}
+        try:
+            generation, specs = read_table(self.limiter_dir)
+        except LimiterError as exc:
+            limiter.update(generation=None, error=str(exc))
+        else:
+            limiter.update(generation=generation, tenants=[_tenant_json(s) for s in specs])
+        return {"mps": mps, "limiter": limiter}
+
+    def _node_lock(self, holder: str) -> Tuple[Any, Any]:
+        from gpuops.node.state import LockBusy, NodeState
+
+        state = NodeState(self.state_dir)
+        try:
+            return state, state.lock(holder or "an apply")
+        except LockBusy as exc:
+            raise proto.ProtocolError(proto.BUSY, str(exc)) from None
+        except OSError as exc:
+            raise proto.ProtocolError(proto.INTERNAL, "cannot take the node lock: %s" % exc) from None
+
+    async def _op_mps_apply(self, request: proto.Request) -> None:
+        changes, force, holder = proto.mps_apply_args(request.args)
+        backend = self._require_backend()
+        result = await self._call(lambda: self._mps_apply(backend, changes, force, holder))
+        await self._send(proto.reply(request.id, result))
+
+    def _mps_apply(
+        self, backend: Backend, changes: Tuple[proto.MpsChange, ...], force: bool, holder: str
+    ) -> Dict[str, Any]:
+        """Under the node lock, each device a change of its own (one refused does not stop
+        the others)."""
+        from gpuops.node.mps_apply import MpsApplyError, MpsRecord, apply_mps
+        from gpuops.node.state import NodeState
+
+        control, why = self._mps_control()
+        _state, lock = self._node_lock(holder)
+        try:
+            record = MpsRecord(self.state_dir)
+            results = []
+            for change in changes:
+                try:
+                    if control is None:
+                        raise MpsApplyError("not_supported", why or "no MPS control on this node")
+                    done = apply_mps(backend, control, record, change, force)
+                    results.append(dict(done, ok=True))
+                except MpsApplyError as exc:
+                    item: Dict[str, Any] = {
+                        "device": change.device,
+                        "gpu": change.gpu,
+                        "ok": False,
+                        "changed": False,
+                        "code": exc.code,
+                        "message": exc.message,
+                    }
+                    if exc.clients:
+                        item["clients"] = exc.clients
+                    results.append(item)
+                except BackendError as exc:
+                    results.append(
+                        {
+                            "device": change.device,
+                            "gpu": change.gpu,
+                            "ok": False,
+                            "changed": False,
+                            "code": "backend_error",
+                            "message": str(exc),
+                        }
+                    )
+            return {"results": results}
+        finally:
+            NodeState.unlock(lock)
+
+    async def _op_limiter_apply(self, request: proto.Request) -> None:
+        tenants, expect, holder = proto.limiter_apply_args(request.args)
+        from gpuops.node.limiter import TenantSpec, format_table
+
+        specs = [
+            TenantSpec(
+                name=t.name, memory=t.memory, compute=t.compute, policy=t.policy, klass=t.klass, gpus=t.gpus
+            )
+            for t in tenants
+        ]
+        format_table(specs, 0)  # every line valid, no tenant twice for the same GPUs (LimiterError)
+        result = await self._call(lambda: self._limiter_apply(specs, expect, holder))
+        await self._send(proto.reply(request.id, result))
+
+    def _limiter_apply(self, specs: List[Any], expect: Optional[int], holder: str) -> Dict[str, Any]:
+        """Under the node lock: refuse when the table is not the one the plan saw, leave an
+        identical table alone, else replace it atomically with the next generation."""
+        from gpuops.node.limiter import LimiterError, read_table, write_table
+        from gpuops.node.state import NodeState
+
+        _state, lock = self._node_lock(holder)
+        try:
+            try:
+                generation: Optional[int]
+                generation, current = read_table(self.limiter_dir)
+            except LimiterError as exc:
+                if expect is not None:
+                    raise proto.ProtocolError(
+                        proto.STALE,
+                        "the tenant table cannot be read (%s); the plan saw generation %d" % (exc, expect),
+                    ) from None
+                generation, current = None, None
+            if expect is not None and generation != expect:
+                raise proto.ProtocolError(
+                    proto.STALE,
+                    "the tenant table in %s is at generation %s, the plan saw %d"
+                    % (self.limiter_dir, generation, expect),
+                )
+            if current is not None and [s.line() for s in current] == [s.line() for s in specs]:
+                return {"generation": generation, "changed": False, "directory": self.limiter_dir}
+            try:
+                _make_dir(self.limiter_dir)
+                # An unreadable table: write_table numbers the new one from the clock, so it
+                # is newer than whatever the old one said.
+                written = write_table(self.limiter_dir, specs, None if generation is None else generation + 1)
+            except OSError as exc:
+                raise proto.ProtocolError(
+                    proto.INTERNAL, "cannot write the tenant table in %s: %s" % (self.limiter_dir, exc)
+                ) from None
+            return {"generation": written, "changed": True, "directory": self.limiter_dir}
+        finally:
+            NodeState.unlock(lock)
+
     async def _op_cancel(self, request: proto.Request) -> None:
         unknown = sorted(set(request.args) - {"id"})
         if unknown:
@@ -356,6 +538,24 @@ class Agent:
             raise ValueError("no running watch with id %r" % (target,))
         task.cancel()
         await self._send(proto.reply(request.id, {"cancelled": target}))
+
+
+def _tenant_json(spec: Any) -> Dict[str, Any]:
+    return {
+        "name": spec.name,
+        "memory": spec.memory,
+        "compute": spec.compute,
+        "policy": spec.effective_policy(),
+        "class": spec.klass,
+        "gpus": list(spec.gpus),
+    }
+
+
+def _make_dir(path: str) -> None:
+    """The limiter's directory, readable by every CUDA program (root's 0755 when run as root)."""
+    if not os.path.isdir(path):
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        os.chmod(path, 0o755)
 
 
 def _no_args(args: Dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ import sys
 from typing import Any, List, Optional
 
 from gpuops.node.agent import Agent, log_to_stderr, open_backend
+from gpuops.node.limiter import DEFAULT_DIR as DEFAULT_LIMITER_DIR
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -23,6 +24,8 @@ def run_agent(
     sim_spec: Optional[str] = None,
     log_level: str = "WARNING",
     state_dir: Optional[str] = None,
+    limiter_dir: Optional[str] = None,
+    mps_control: Optional[str] = None,
 ) -> int:
     """Serve the agent protocol on stdin/stdout until EOF; returns the exit code."""
     from gpuops.node.stdio import stdio_streams
@@ -33,7 +36,9 @@ def run_agent(
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     backend, reason = open_backend(backend_name, sim_spec)
-    agent = Agent(backend, backend_name, reason, state_dir=state_dir)
+    agent = Agent(
+        backend, backend_name, reason, state_dir=state_dir, limiter_dir=limiter_dir, mps_control=mps_control
+    )
     if backend is not None:
         _recover(backend, agent.state_dir)
 
@@ -84,8 +89,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     agent.add_argument(
         "--state-dir", default=None, help="node lock and MIG journal (default: /var/lib/gpuops)"
     )
+    agent.add_argument(
+        "--limiter-dir",
+        default=DEFAULT_LIMITER_DIR,
+        help="the limiter's tenant table and regions (default: %s)" % DEFAULT_LIMITER_DIR,
+    )
+    agent.add_argument(
+        "--mps-control",
+        default=None,
+        metavar="PATH",
+        help="nvidia-cuda-mps-control to run (default: the backend's: nvml runs the one on PATH, "
+        "sim keeps MPS in memory)",
+    )
     args = parser.parse_args(argv)
     if args.command != "agent":
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    return run_agent(args.backend, args.sim_spec, args.log_level, args.state_dir)
+    return run_agent(
+        args.backend, args.sim_spec, args.log_level, args.state_dir, args.limiter_dir, args.mps_control
+    )

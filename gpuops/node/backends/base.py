@@ -16,6 +16,12 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from gpuops.core.model import ComputeInstance, GpuInstance, Node, NodeSample
+from gpuops.node.mps import MpsControl, pid_alive
+
+try:
+    import pwd
+except ImportError:  # pragma: no cover - not on Unix
+    pwd = None  # type: ignore[assignment]
 
 # NVML return codes by name, as the layers above see them.
 ERROR_CODES = (
@@ -122,12 +128,39 @@ class Backend(abc.ABC):
                 break
         return alive
 
+    # MPS control and the users it runs servers for.
+    def mps_control(self) -> MpsControl:
+        """The MPS control of this node's daemons (node/mps.py)."""
+        raise BackendError("NOT_SUPPORTED", "this backend has no MPS control")
+
+    def user_id(self, name: str) -> Optional[int]:
+        """The uid of a user of this node, None when there is no such user."""
+        return unix_user_id(name)
+
+    def user_name(self, uid: int) -> str:
+        """The name of a uid of this node (the uid as text when it has none)."""
+        return unix_user_name(uid)
+
+
+def unix_user_id(name: str) -> Optional[int]:
+    if pwd is None:  # pragma: no cover
+        return None
+    try:
+        return int(pwd.getpwnam(name).pw_uid)
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def unix_user_name(uid: int) -> str:
+    if pwd is not None:
+        try:
+            return str(pwd.getpwuid(uid).pw_name)
+        except (KeyError, ValueError, TypeError, OverflowError):
+            pass
+    return str(uid)
+
 
 def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """A process that exists and has not ended (a zombie has ended: it only waits for its
+    parent to collect its status)."""
+    return pid_alive(pid)

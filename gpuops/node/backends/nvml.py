@@ -47,6 +47,7 @@ from gpuops.core.model import (
     NotAvailable,
 )
 from gpuops.node.backends.base import ERROR_CODES, Backend, BackendError, BackendUnavailable, MigModeChange
+from gpuops.node.mps import BinaryMpsControl, MpsControl
 
 try:  # pragma: no cover - exercised by the "no pynvml" path only
     import pynvml
@@ -308,6 +309,10 @@ class NvmlBackend(Backend):
     # ---- life cycle ------------------------------------------------------------------------
     def capabilities(self) -> Tuple[str, ...]:
         return ("inventory", "sample", "mig-control")
+
+    def mps_control(self) -> MpsControl:
+        """The real `nvidia-cuda-mps-control` (from PATH)."""
+        return BinaryMpsControl()
 
     def close(self) -> None:
         if self._open:
@@ -714,6 +719,9 @@ class NvmlBackend(Backend):
         except OSError:
             pass
         return user, command
+
+    def user_name(self, uid: int) -> str:
+        return self._user(uid)
 
     def _user(self, uid: int) -> str:
         name = self._users.get(uid)

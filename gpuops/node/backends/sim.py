@@ -24,7 +24,15 @@ from gpuops.core.model import (
     NodeSample,
     NotAvailable,
 )
-from gpuops.node.backends.base import Backend, BackendError, BackendUnavailable, MigModeChange
+from gpuops.node.backends.base import (
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    MigModeChange,
+    unix_user_id,
+    unix_user_name,
+)
+from gpuops.node.mps import InMemoryMpsControl, MpsControl
 from gpuops.node.sim import workloads as wl
 from gpuops.node.sim.device import Hardware, SimDevice, hashed_uuid
 from gpuops.node.sim.spec import SimSpec, SpecError, WorkloadSpec, load_spec, resolve_compute_profile
@@ -120,6 +128,7 @@ class SimBackend(Backend):
             self._minute_sums: List[Dict[int, float]] = []
             self._process_cache: Dict[Tuple[str, int], Tuple[int, GpuProcess]] = {}
             self._refresh()
+            self._mps: Optional[InMemoryMpsControl] = None
         except SpecError as exc:
             if not label.isprintable():
                 label = repr(label)
@@ -397,6 +406,57 @@ class SimBackend(Backend):
         for name in names:
             self.stop_workload(name)
         return []
+
+    # ---- Backend: MPS and users -------------------------------------------------------------
+    def mps_control(self) -> MpsControl:
+        """MPS daemons of this simulated node, in memory (kept as long as the backend). The
+        processes that start on a device while its daemon runs are its clients."""
+        with self._lock:
+            if self._mps is None:
+                self._mps = InMemoryMpsControl(self._mps_clients)
+            return self._mps
+
+    def _mps_clients(self, device_uuid: str) -> List[Tuple[int, int]]:
+        """(pid, uid) of the processes running on a GPU or MIG device now."""
+        with self._lock:
+            self._check_open()
+            t = self.now()
+            self._refresh()
+            for d in self._devices:
+                if self._lost(d.index, t):
+                    continue
+                if d.uuid == device_uuid:
+                    if d.mig_current:
+                        return []
+                    return [(p.pid, self._uid(p.workload.spec.user)) for p in self._processes(t, d.index)]
+                if not d.mig_current:
+                    continue
+                for gi in d.gpu_instances():
+                    for ci in gi.compute_instances:
+                        if ci.uuid == device_uuid:
+                            return [
+                                (p.pid, self._uid(p.workload.spec.user))
+                                for p in self._processes(t, d.index)
+                                if p.gpu_instance_id == gi.id and p.compute_instance_id == ci.id
+                            ]
+            return []
+
+    def _uid(self, user: str) -> int:
+        uid = self.user_id(user) if user else None
+        if uid is None:  # a simulated user nobody declared: a stable uid of its own
+            uid = 60000 + int(wl.noise(self._seed, "uid", user) * 5000)
+        return uid
+
+    def user_id(self, name: str) -> Optional[int]:
+        """The spec's users first, then the machine's."""
+        uid = self._spec.users.get(name)
+        return uid if uid is not None else unix_user_id(name)
+
+    def user_name(self, uid: int) -> str:
+        for name, value in self._spec.users.items():
+            if value == uid:
+                return name
+        return unix_user_name(uid)
 
     # ---- Backend: inventory and samples ----------------------------------------------------
     def capabilities(self) -> Tuple[str, ...]:
