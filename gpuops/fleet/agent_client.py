@@ -327,3 +327,37 @@ class AgentClient:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+
+    # ---- MPS and limiter settings (node/mps_apply.py, node/limiter.py) ----------------------
+
+    async def config(self) -> dict[str, Any]:
+        """The node's live MPS daemons and limiter table: {"mps": [...], "limiter": {...}}."""
+        result = await self.request("config")
+        if (
+            not isinstance(result, dict)
+            or not isinstance(result.get("mps"), list)
+            or not isinstance(result.get("limiter"), dict)
+        ):
+            raise AgentError(proto.INVALID_REQUEST, f"{self.name}: malformed config reply")
+        return result
+
+    async def mps_apply(
+        self, changes: list[dict[str, Any]], force: bool = False, holder: str = ""
+    ) -> dict[str, Any]:
+        """MPS wanted per device (GPU or MIG device), each a change of its own on the node."""
+        result = await self.request("mps_apply", {"changes": changes, "force": force, "holder": holder})
+        if not isinstance(result, dict) or not isinstance(result.get("results"), list):
+            raise AgentError(proto.INVALID_REQUEST, f"{self.name}: malformed mps_apply reply")
+        return result
+
+    async def limiter_apply(
+        self, tenants: list[dict[str, Any]], expect_generation: int | None = None, holder: str = ""
+    ) -> dict[str, Any]:
+        """Replace the limiter's tenant table; AgentError("stale") when its generation is not
+        `expect_generation` (None: do not check)."""
+        result = await self.request(
+            "limiter_apply", {"tenants": tenants, "expect_generation": expect_generation, "holder": holder}
+        )
+        if not isinstance(result, dict) or not isinstance(result.get("changed"), bool):
+            raise AgentError(proto.INVALID_REQUEST, f"{self.name}: malformed limiter_apply reply")
+        return result

@@ -305,7 +305,14 @@ class SimFleetServer:
         backend_name = options.get("--backend", "nvml")
         if backend_name == "sim":
             state = str(self.state_dir / node.name)
-            agent = Agent(node.backend, "sim", hostname=node.name, inline=True, state_dir=state)
+            agent = Agent(
+                node.backend,
+                "sim",
+                hostname=node.name,
+                inline=True,
+                state_dir=state,
+                limiter_dir=str(self.state_dir / node.name / "limiter"),
+            )
         else:
             reason = f"backend {backend_name!r} is not available on a simulated node (use --backend sim)"
             agent = Agent(None, backend_name, unavailable_reason=reason, hostname=node.name, inline=True)
