@@ -92,6 +92,10 @@ class _NodeRecord:
         self.target = target
         self.view = NodeView(target.name, target.ssh.address, owner=target.owner, since=time.time())
         self.attempts = 0  # connection attempts that have ended (for discovery)
+        # While a stream is followed: when its agent last said anything (monotonic), and the
+        # future the watchdog fails when it has been silent too long.
+        self.last_message = 0.0
+        self.silence: asyncio.Future[None] | None = None
 
 
 class Collector:
@@ -110,6 +114,7 @@ class Collector:
         self._records = {t.name: _NodeRecord(t) for t in targets}
         self._handshakes = asyncio.Semaphore(max_handshakes)
         self._tasks: list[asyncio.Task[None]] = []
+        self._following: set[_NodeRecord] = set()
         self._changed = asyncio.Event()
         self._on_change = on_change
         self.events: deque[FleetEvent] = deque(maxlen=MAX_EVENTS)
@@ -121,6 +126,7 @@ class Collector:
         _allow_open_files(len(self._records) * 2 + 64)
         for record in self._records.values():
             self._tasks.append(asyncio.create_task(self._run(record), name=f"node {record.target.name}"))
+        self._tasks.append(asyncio.create_task(self._watchdog(), name="silence watchdog"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -159,6 +165,27 @@ class Collector:
         return self.snapshot()
 
     # ---- per node ----------------------------------------------------------------------------
+
+    def _sampled(self, record: _NodeRecord, sample: NodeSample) -> None:
+        """A sample arrived (called straight from the channel's data_received, once per node
+        per interval): the steady path, kept to a copy of the view with two fields changed."""
+        record.last_message = time.monotonic()
+        self.samples_received += 1
+        old = record.view
+        if old.state != LIVE or old.reason:
+            self._update(record, state=LIVE, reason="", sample=sample, last_seen=time.time())
+            return
+        # NodeView is a frozen dataclass without __post_init__: a copy of its instance dict with
+        # the two fields changed is what replace() would build, without a call per field.
+        new = object.__new__(NodeView)
+        fields = new.__dict__
+        fields.update(old.__dict__)
+        fields["sample"] = sample
+        fields["last_seen"] = time.time()
+        record.view = new
+        self._changed.set()
+        if self._on_change is not None:
+            self._on_change()
 
     def _update(self, record: _NodeRecord, **changes: object) -> None:
         old = record.view
@@ -218,33 +245,51 @@ class Collector:
         return got_data
 
     async def _follow(self, record: _NodeRecord, client: AgentClient) -> None:
-        """Take samples as the agent pushes them, until the stream ends or falls silent."""
-        last_message = time.monotonic()
+        """Take samples as the agent pushes them, until the stream ends or falls silent.
+
+        Nothing here wakes per sample or per node per second: samples arrive by callback, and
+        one watchdog for the whole fleet (`_watchdog`) fails `record.silence` when a node has
+        been silent for `silence_limit`."""
         name = record.target.name
 
-        def on_sample(sample: NodeSample) -> None:
-            nonlocal last_message
-            last_message = time.monotonic()
-            self.samples_received += 1
-            self._update(record, state=LIVE, reason="", sample=sample, last_seen=time.time())
-
         def on_error(error: AgentError) -> None:
-            nonlocal last_message
-            last_message = time.monotonic()
+            record.last_message = time.monotonic()
             self.events.append(FleetEvent(time.time(), name, "agent-error", error.message))
 
-        subscription = await client.subscribe(self.interval, on_sample, on_error)
+        record.last_message = time.monotonic()
+        record.silence = asyncio.get_running_loop().create_future()
+        self._following.add(record)
         try:
-            while True:
-                done, _ = await asyncio.wait({subscription.ended}, timeout=min(self.interval, 1.0))
-                if done:
+            subscription = await client.subscribe(
+                self.interval, lambda sample: self._sampled(record, sample), on_error
+            )
+            try:
+                await asyncio.wait({subscription.ended, record.silence}, return_when=asyncio.FIRST_COMPLETED)
+                if subscription.ended.done():
                     subscription.ended.result()  # re-raise why it ended
                     return
-                silent = time.monotonic() - last_message
-                if silent > self.silence_limit:
-                    raise SshError("silent", f"no data for {silent:.0f}s (node frozen or network cut?)")
+                record.silence.result()  # raises SshError("silent", ...)
+            finally:
+                await subscription.cancel()
         finally:
-            await subscription.cancel()
+            self._following.discard(record)
+            if not record.silence.done():
+                record.silence.cancel()
+            record.silence = None
+
+    async def _watchdog(self) -> None:
+        """Once per interval (at most a second), fail the stream of every node silent for longer
+        than `silence_limit`: one wake-up for the fleet instead of one per node."""
+        period = min(self.interval, 1.0)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for record in self._following:
+                silent = now - record.last_message
+                if silent > self.silence_limit and record.silence is not None and not record.silence.done():
+                    record.silence.set_exception(
+                        SshError("silent", f"no data for {silent:.0f}s (node frozen or network cut?)")
+                    )
 
 
 def _allow_open_files(needed: int) -> None:
