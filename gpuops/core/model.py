@@ -92,6 +92,12 @@ class GpuProcess:
     compute_instance_id: Optional[int] = None
     tenant: Optional[str] = None  # team, when known
     tenant_source: str = ""  # where the tenant came from ("limiter", "user", "group", "owner", ...)
+    # Unix groups of the process, primary first (names; a number where the node has no name for
+    # it); () where unknown. Optional so that agents that do not send them still decode.
+    groups: Tuple[str, ...] = ()
+    # The process's cgroup path (/proc/<pid>/cgroup: the unified one, else the first v1 path that
+    # is not the root), "" where unknown: e.g. a Kubernetes pod's UID is in it.
+    cgroup: str = ""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import grp
 import os
 import pwd
 import socket
@@ -275,6 +276,54 @@ def _na_sample(timestamp: float, code: str) -> GpuSample:
     return GpuSample(timestamp, na, na, na, na, na, na, na, na)
 
 
+MAX_PROCESS_GROUPS = 32  # groups reported per process (a sample must stay small)
+MAX_CGROUP = 1024  # characters of a cgroup path reported
+
+
+def read_gids(status_path: str) -> List[int]:
+    """The group ids of a process from its /proc/<pid>/status: the real gid (the primary group)
+    first, then the supplementary groups in the kernel's order, each once; [] where unreadable."""
+    gids: List[int] = []
+    try:
+        with open(status_path, "rb") as f:
+            for line in f:
+                if line.startswith(b"Gid:"):
+                    gids.insert(0, int(line.split()[1]))
+                elif line.startswith(b"Groups:"):
+                    gids.extend(int(g) for g in line.split()[1:])
+                    break
+    except (OSError, ValueError, IndexError):
+        return []
+    unique: List[int] = []
+    for gid in gids:
+        if gid not in unique:
+            unique.append(gid)
+            if len(unique) == MAX_PROCESS_GROUPS:
+                break
+    return unique
+
+
+def read_cgroup(cgroup_path: str) -> str:
+    """The cgroup of a process from its /proc/<pid>/cgroup: the unified (v2) path, else the
+    first v1 path that is not the root; "" where unreadable."""
+    try:
+        with open(cgroup_path, "rb") as f:
+            raw = f.read(65536)
+    except OSError:
+        return ""
+    unified = first = ""
+    for line in raw.decode("utf-8", "replace").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and not parts[1]:
+            unified = parts[2]
+        elif not first and parts[2] not in ("", "/"):
+            first = parts[2]
+    chosen = unified if unified not in ("", "/") else (first or unified)
+    return chosen[:MAX_CGROUP]
+
+
 class NvmlBackend(Backend):
     """GPU facts from NVML; MIG control through NVML (root needed for changes)."""
 
@@ -304,6 +353,7 @@ class NvmlBackend(Backend):
         self._devices: Dict[int, _Device] = {}
         self._memory_v2 = True  # nvmlDeviceGetMemoryInfo_v2 until the driver says otherwise
         self._users: Dict[int, str] = {}
+        self._group_names: Dict[int, str] = {}
         self._read_versions()
 
     # ---- life cycle ------------------------------------------------------------------------
@@ -692,9 +742,25 @@ class NvmlBackend(Backend):
                     command=command,
                     gpu_instance_id=None if gi == NO_ID else gi,
                     compute_instance_id=None if ci == NO_ID else ci,
+                    groups=self._proc_groups(pid),
+                    cgroup=read_cgroup("/proc/%d/cgroup" % pid),
                 )
             )
         return tuple(out), error
+
+    def _proc_groups(self, pid: int) -> Tuple[str, ...]:
+        """Unix group names of a process, primary first; a number where the group has no name."""
+        names = []
+        for gid in read_gids("/proc/%d/status" % pid):
+            name = self._group_names.get(gid)
+            if name is None:
+                try:
+                    name = grp.getgrgid(gid).gr_name
+                except KeyError:
+                    name = str(gid)
+                self._group_names[gid] = name
+            names.append(name)
+        return tuple(names)
 
     def _proc_owner(self, pid: int) -> Tuple[str, str]:
         """(unix user, command line) of a process; "" where /proc cannot tell (other PID namespace)."""

@@ -609,6 +609,7 @@ class SimBackend(Backend):
             compute_instance_id=p.compute_instance_id if on_mig else None,
             tenant=w.spec.tenant if w.spec.limiter else None,
             tenant_source="limiter" if w.spec.limiter and w.spec.tenant else "",
+            groups=w.spec.groups,
         )
         self._process_cache[slot] = (memory, process)
         return process

@@ -8,7 +8,7 @@ backend turns that into a one-line `BackendUnavailable`.
 The format is documented in docs/simulator.md; in short::
 
     {"hostname": "gpu-a01", "seed": 7, "driver_version": "550.54.15",
-     "users": {"alice": 1001}, "tenants": {"vision": ["alice"]},
+     "users": {"alice": 1001}, "groups": {"cv-lab": ["alice"]}, "tenants": {"vision": ["alice"]},
      "gpus": [{"model": "A100-SXM4-40GB", "count": 2, "owner": "vision",
                "mig": {"enabled": true, "layout": ["3g.20gb", "2g.10gb:0", "1g.5gb"]}}],
      "workloads": [{"kind": "training", "user": "alice", "gpu": 0, "instance": 0}]}
@@ -22,7 +22,7 @@ import math
 import os
 import pkgutil
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, NoReturn, Optional, Pattern, Sequence, Tuple, Union
 
 from gpuops.core.mig.catalog import GpuInstanceProfile
@@ -135,6 +135,7 @@ class WorkloadSpec:
     params: Mapping[str, float]
     limiter: bool  # runs under gpuops' limiter, which tags its processes with the tenant
     path: str
+    groups: Tuple[str, ...] = ()  # unix groups of its user (spec `groups` listing the user), in spec order
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ class SimSpec:
     tenants: Mapping[str, Tuple[str, ...]]
     gpus: Tuple[GpuSpec, ...]
     workloads: Tuple[WorkloadSpec, ...]
+    groups: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)  # unix group -> its users
 
 
 # ---- small typed readers --------------------------------------------------------------------
@@ -294,6 +296,7 @@ TOP_KEYS = (
     "driver_version",
     "cuda_driver_version",
     "users",
+    "groups",
     "tenants",
     "gpus",
     "workloads",
@@ -333,9 +336,12 @@ def parse_spec(data: Any, source: str = "<dict>") -> SimSpec:
     driver = _string(top.get("driver_version", "550.54.15"), "driver_version", _VERSION_RE, "driver version")
     cuda = _string(top.get("cuda_driver_version", "12.4"), "cuda_driver_version", _VERSION_RE, "CUDA version")
     users = _parse_users(top.get("users", {}), "users")
+    groups = _parse_groups(top.get("groups", {}), "groups", users)
     tenants = _parse_tenants(top.get("tenants", {}), "tenants", users)
     gpus = _parse_gpus(top.get("gpus", []), "gpus", tenants)
     workloads = _parse_workloads(top.get("workloads", []), "workloads", users, tenants, gpus)
+    if groups:
+        workloads = tuple(replace(w, groups=groups_of(w.user, groups)) for w in workloads)
     return SimSpec(
         source=source,
         description=description,
@@ -349,6 +355,7 @@ def parse_spec(data: Any, source: str = "<dict>") -> SimSpec:
         tenants=tenants,
         gpus=gpus,
         workloads=workloads,
+        groups=groups,
     )
 
 
@@ -363,6 +370,34 @@ def _parse_users(value: Any, path: str) -> Dict[str, int]:
         _string(name, where, _NAME_RE, "user name")
         users[name] = _int(uid, where, 0, 2**32 - 2)
     return users
+
+
+def _parse_groups(value: Any, path: str, users: Mapping[str, int]) -> Dict[str, Tuple[str, ...]]:
+    """Unix groups and their members, as /etc/group lists them: {"cv-lab": ["alice", "bob"]}."""
+    if not isinstance(value, dict):
+        _fail(path, "expected an object of group name -> list of users, got %s" % _kind(value))
+    if len(value) > MAX_USERS:
+        _fail(path, "at most %d groups" % MAX_USERS)
+    groups: Dict[str, Tuple[str, ...]] = {}
+    for group, members in value.items():
+        where = _join(path, str(group))
+        _string(group, where, _NAME_RE, "group name")
+        names: List[str] = []
+        for i, member in enumerate(_list(members, where, MAX_USERS)):
+            at = "%s[%d]" % (where, i)
+            _string(member, at, _NAME_RE, "user name")
+            if users and member not in users:
+                _fail(at, "unknown user %r (not in users)" % member)
+            if member in names:
+                _fail(at, "user %r is listed twice" % member)
+            names.append(member)
+        groups[group] = tuple(names)
+    return groups
+
+
+def groups_of(user: str, groups: Mapping[str, Sequence[str]]) -> Tuple[str, ...]:
+    """The groups listing `user`, in spec order (what the node reports for its processes)."""
+    return tuple(group for group, members in groups.items() if user in members)
 
 
 def _parse_tenants(value: Any, path: str, users: Mapping[str, int]) -> Dict[str, Tuple[str, ...]]:
