@@ -112,11 +112,13 @@ def print_node(console: Console, node: Node, sample: NodeSample) -> None:
     table = Table(title="Processes", title_justify="left")
     for column in ("GPU", "MIG", "PID", "User", "Tenant", "Memory", "Command"):
         table.add_column(column, no_wrap=column != "Command")
+    from gpuops.tenancy import AttributionContext, default_chain
+
+    chain = default_chain()  # no fleet.yaml here: the limiter's label, else the GPU's owner
     for gpu, p in processes:
         mig = "" if p.gpu_instance_id is None else f"GI {p.gpu_instance_id}/CI {p.compute_instance_id}"
-        tenant = p.tenant or ""
-        if tenant and p.tenant_source:
-            tenant += f" ({p.tenant_source})"
+        found = chain.attribute(p, AttributionContext(node.hostname, gpu, gpu.owner))
+        tenant = f"{found.team} ({found.source})"
         table.add_row(
             str(gpu.info.index),
             mig,

@@ -5,8 +5,10 @@ terminal and the CLI can reuse them. Definitions (also in docs/tui.md):
 
 - **owner**: the team a GPU belongs to (fleet.yaml's per-GPU owner, else the node's owner, else the
   owner the node itself reports).
-- **tenant** of a process: the team the agent attributed it to (limiter, ...), else the team of its
-  unix user in fleet.yaml, else the GPU's owner (source ``owner``).
+- **tenant** of a process: what the attribution chain says (`gpuops.tenancy`, docs/tenancy.md):
+  by default the limiter region's tenant label, else the team of its unix user, else of one of
+  its unix groups in fleet.yaml, else the GPU's owner (source ``owner``); a process nobody claims
+  is unattributed: tenant ``-``, source ``none`` (shown and counted, never dropped).
 - **GPU-equivalents**: a whole GPU counts 1; a MIG GPU instance counts its compute slices over the
   GPU's (a 3g slice of an H100 is 3/7).
 - **busy**: a GPU at least 5% utilized or with a process on it (`summary.gpu_busy`); a MIG slice
@@ -31,6 +33,7 @@ from gpuops.core.model import Gpu, GpuInstance, GpuProcess, NotAvailable
 from gpuops.core.units import format_duration
 from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE, FleetEvent, FleetSnapshot, NodeView
 from gpuops.fleet.summary import BUSY_PERCENT, UNOWNED, gpu_busy, short_model
+from gpuops.tenancy.attribution import AttributionChain, AttributionContext, default_chain
 
 if TYPE_CHECKING:
     from gpuops.spec import Fleet
@@ -40,11 +43,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Ownership:
-    """Who owns which GPU and which team a unix user works for (fleet.yaml, when there is one)."""
+    """Who owns which GPU, which team a unix user or group works for (fleet.yaml, when there is
+    one), and the attribution chain that decides the tenant of each process (None: the built-in
+    attributors in the default order)."""
 
     teams: tuple[str, ...] = ()
     gpu_owner_of: Callable[[str, int], str | None] | None = None
     team_of_user: Callable[[str], str | None] | None = None
+    team_of_group: Callable[[str], str | None] | None = None
+    chain: AttributionChain | None = None
+    fleet: Fleet | None = field(default=None, compare=False)
 
     @classmethod
     def from_fleet(cls, fleet: Fleet) -> Ownership:
@@ -56,7 +64,9 @@ class Ownership:
         def team_of_user(user: str) -> str | None:
             return fleet.team_of_user(user)
 
-        return cls(tuple(sorted(fleet.teams)), gpu_owner, team_of_user)
+        options = fleet.attribution
+        chain = AttributionChain.from_config(options.order, options.settings)
+        return cls(tuple(sorted(fleet.teams)), gpu_owner, team_of_user, fleet.team_of_group, chain, fleet)
 
     def owner(self, view: NodeView, gpu: Gpu) -> str | None:
         if self.gpu_owner_of is not None:
@@ -65,15 +75,22 @@ class Ownership:
                 return owner
         return view.owner or gpu.owner
 
-    def tenant(self, process: GpuProcess, owner: str | None) -> tuple[str, str]:
-        """(team, where it came from) of a process; the GPU's owner when nothing else says."""
-        if process.tenant:
-            return process.tenant, process.tenant_source or "agent"
-        if process.user and self.team_of_user is not None:
-            team = self.team_of_user(process.user)
-            if team:
-                return team, "user"
-        return owner or UNOWNED, "owner"
+    def tenant(
+        self, process: GpuProcess, owner: str | None, node: str = "", gpu: Gpu | None = None
+    ) -> tuple[str, str]:
+        """(team, where it came from) of a process on a GPU owned by `owner`: the attribution
+        chain's answer; ("-", "none") when nobody claims it. Never raises."""
+        context = AttributionContext(
+            node,
+            gpu,
+            None if owner == UNOWNED else owner,
+            self.fleet,
+            self.teams,
+            self.team_of_user,
+            self.team_of_group,
+        )
+        found = (self.chain or default_chain()).attribute(process, context)
+        return found.team, found.source
 
 
 # ---- small helpers ---------------------------------------------------------------------------------

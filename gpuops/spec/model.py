@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Iterable, Literal, Union
 
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    WithJsonSchema,
+    model_validator,
+)
 
 from gpuops.core.mig.catalog import MigModel
 from gpuops.spec.base import SpecModel
 from gpuops.spec.desired import CarveEntry
+from gpuops.spec.errors import FieldProblem, show
 from gpuops.spec.selectors import Selector, parse_gpu_indices, parse_selector
 from gpuops.spec.source import Document
 from gpuops.spec.types import (
@@ -48,8 +57,12 @@ from gpuops.spec.types import (
     Timeout,
     UserName,
     Version,
+    closest,
     parse_jump_literal,
 )
+from gpuops.tenancy.attribution import BUILTIN as BUILTIN_ATTRIBUTORS
+from gpuops.tenancy.attribution import DEFAULT_ORDER as DEFAULT_ATTRIBUTION_ORDER
+from gpuops.tenancy.attribution import available_attributors
 
 DEFAULT_PORT = 22
 DEFAULT_HOST_KEY_POLICY: HostKeyPolicy = "strict"
@@ -131,6 +144,59 @@ class Team(SpecModel):
     groups: list[GroupName] = Field(default_factory=list)
 
 
+def check_attributor_name(value: Any) -> str:
+    """An attributor that this gpuops has: a built-in one or an installed plugin's."""
+    if not isinstance(value, str) or not value:
+        raise FieldProblem(f"expected an attributor name (got {show(value)})")
+    known = available_attributors()
+    if value not in known:
+        hint = closest(value, known) or "a plugin package provides it (see docs/tenancy.md): is it installed?"
+        raise FieldProblem(f"unknown attributor {show(value)} (available: {', '.join(known)})", hint)
+    return value
+
+
+def _check_order(names: list[str]) -> list[str]:
+    if not names:
+        raise FieldProblem(
+            "no attributor listed: every process would be unattributed",
+            f"list some, e.g. [{', '.join(DEFAULT_ATTRIBUTION_ORDER)}] (the default)",
+        )
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise FieldProblem(
+                f"{show(name)} is listed twice", "list each attributor once, in the order to ask them"
+            )
+    return names
+
+
+def _check_settings(settings: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    for name, values in settings.items():
+        if name in BUILTIN_ATTRIBUTORS and values:
+            raise FieldProblem(f"the built-in attributor {show(name)} has no settings", "remove them")
+    return settings
+
+
+AttributorName = Annotated[
+    str,
+    BeforeValidator(check_attributor_name),
+    WithJsonSchema({"type": "string", "examples": [*DEFAULT_ATTRIBUTION_ORDER, "kubernetes"]}),
+]
+
+
+class AttributionOptions(SpecModel):
+    """How each GPU process is attributed to a team; docs/tenancy.md."""
+
+    order: Annotated[list[AttributorName], AfterValidator(_check_order)] = Field(
+        default_factory=lambda: list(DEFAULT_ATTRIBUTION_ORDER)
+    )
+    """Attributors asked in this order; the first answer wins; only those listed are used.
+    Default: limiter, user, group, owner. Plugins (e.g. kubernetes) are named here to be used."""
+    settings: Annotated[dict[AttributorName, dict[str, Any]], AfterValidator(_check_settings)] = Field(
+        default_factory=dict
+    )
+    """Settings of attributors that take some (plugins), by name: {kubernetes: {pods: ...}}."""
+
+
 def _name_is_optional(schema: dict[str, Any]) -> None:
     required = schema.get("required")
     if isinstance(required, list) and "name" in required:
@@ -190,6 +256,8 @@ class Fleet(SpecModel):
     carve: list[CarveEntry] = Field(default_factory=list)
     """Desired state: MIG layout, MPS and limiter settings per GPU selection, in order (a later
     entry overrides an earlier one, per kind, on the GPUs both select)."""
+    attribution: AttributionOptions = Field(default_factory=AttributionOptions)
+    """Which team each GPU process counts for: the attributors to ask, in order (docs/tenancy.md)."""
 
     _index: _Index | None = PrivateAttr(default=None)
     _doc: Document | None = PrivateAttr(default=None)  # where things are written, when loaded
@@ -476,6 +544,7 @@ __all__ = [
     "SPEC_VERSION",
     "AgentOptions",
     "AgentSettings",
+    "AttributionOptions",
     "Fleet",
     "JumpHost",
     "JumpSettings",
