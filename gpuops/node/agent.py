@@ -434,7 +434,7 @@ class Agent:
     ) -> Dict[str, Any]:
         """Under the node lock, each device a change of its own (one refused does not stop
         the others)."""
-        from gpuops.node.mps_apply import MpsApplyError, MpsRecord, apply_mps
+        from gpuops.node.mps_apply import MpsApplyError, MpsRecord, apply_mps, result
         from gpuops.node.state import NodeState
 
         control, why = self._mps_control()
@@ -446,30 +446,17 @@ class Agent:
                 try:
                     if control is None:
                         raise MpsApplyError("not_supported", why or "no MPS control on this node")
-                    done = apply_mps(backend, control, record, change, force)
-                    results.append(dict(done, ok=True))
+                    results.append(apply_mps(backend, control, record, change, force))
                 except MpsApplyError as exc:
-                    item: Dict[str, Any] = {
-                        "device": change.device,
-                        "gpu": change.gpu,
-                        "ok": False,
-                        "changed": False,
-                        "code": exc.code,
-                        "message": exc.message,
-                    }
+                    failed = result(change, ok=False, code=exc.code, message=exc.message)
                     if exc.clients:
-                        item["clients"] = exc.clients
-                    results.append(item)
+                        failed["clients"] = exc.clients
+                    results.append(failed)
                 except BackendError as exc:
+                    results.append(result(change, ok=False, code="backend_error", message=str(exc)))
+                except OSError as exc:  # the state directory
                     results.append(
-                        {
-                            "device": change.device,
-                            "gpu": change.gpu,
-                            "ok": False,
-                            "changed": False,
-                            "code": "backend_error",
-                            "message": str(exc),
-                        }
+                        result(change, ok=False, code="state_error", message="%s: %s" % (exc.filename, exc))
                     )
             return {"results": results}
         finally:

@@ -368,9 +368,15 @@ def apply_mps(
     backend: Backend, control: MpsControl, record: MpsRecord, change: proto.MpsChange, force: bool = False
 ) -> Dict[str, Any]:
     """Make one device's MPS what `change` wants; returns what was done. Raises MpsApplyError."""
-    _check_device(backend, change)
-    default, per_uid = wants(backend, change)
-    for device, entry in record.load().items():
+    recorded_devices = record.load()
+    if change.enabled or change.device not in recorded_devices:
+        # (A daemon gpuops started for a MIG device that is gone since can still be stopped.)
+        _check_device(backend, change)
+    if change.enabled:
+        default, per_uid = wants(backend, change)
+    else:
+        default, per_uid = Want(DEFAULT_PERCENTAGE, None), {}
+    for device, entry in recorded_devices.items():
         if device != change.device and entry.get("pipe_directory") == change.pipe_directory:
             raise MpsApplyError(
                 "conflict", "pipe directory %s belongs to %s already" % (change.pipe_directory, device)
@@ -410,14 +416,30 @@ def apply_mps(
     recorded = record.put(change.device, record_entry(change) if change.enabled else None)
     if recorded and not applier.actions:
         applier.actions.append("updated gpuops' record of %s" % change.device)
-    return {
+    return result(
+        change,
+        changed=bool(applier.actions),
+        actions=applier.actions,
+        notes=applier.notes,
+        stopped=applier.stopped,
+    )
+
+
+def result(change: proto.MpsChange, **fields: Any) -> Dict[str, Any]:
+    """One device's entry in an mps_apply reply; every entry has every key."""
+    out: Dict[str, Any] = {
         "device": change.device,
         "gpu": change.gpu,
-        "changed": bool(applier.actions),
-        "actions": applier.actions,
-        "notes": applier.notes,
-        "stopped": applier.stopped,
+        "ok": True,
+        "changed": False,
+        "actions": [],
+        "notes": [],
+        "stopped": [],
+        "code": "",
+        "message": "",
     }
+    out.update(fields)
+    return out
 
 
 def _move_away(applier: _Applier, record: MpsRecord) -> None:

@@ -175,9 +175,13 @@ def test_mps_apply_and_config_through_the_agent(node: dict[str, Path]) -> None:
             "gpu": 1,
             "ok": False,
             "changed": False,
+            "actions": [],
+            "notes": [],
+            "stopped": [],
             "code": "unknown_user",
             "message": "no such user on this node: nosuchuser (tenant ghosts)",
         }
+        assert set(first) == set(second) and (first["code"], first["message"]) == ("", "")
         again = agent.ok("mps_apply", {"changes": changes[:1]})
         assert again["results"][0]["ok"] is True and again["results"][0]["changed"] is False
 
@@ -402,6 +406,13 @@ def test_limiter_apply_generations_stale_and_unchanged(node: dict[str, Path]) ->
             agent.error("limiter_apply", {"tenants": [], "expect_generation": -1})["code"]
             == proto.INVALID_ARGS
         )
+        # JSON's non-standard NaN and Infinity parse; they are not percentages or generations.
+        for raw in (
+            b'{"v":1,"id":"n","op":"limiter_apply","args":{"tenants":[{"name":"a","compute":NaN}]}}\n',
+            b'{"v":1,"id":"n","op":"limiter_apply","args":{"tenants":[],"expect_generation":Infinity}}\n',
+        ):
+            answer = agent.send(raw)
+            assert answer["id"] == "n" and answer["error"]["code"] == proto.INVALID_ARGS
         assert read_table(node["limiter"])[0] == 2
 
         # A table nobody can read: only an apply that does not check the generation replaces it.
@@ -446,14 +457,19 @@ def test_readers_never_see_a_partial_table(node: dict[str, Path]) -> None:
         stop.set()
         reader.join()
         agent.close()
-    assert errors == [] and seen == sorted(seen) and seen[-1] == 30
+    assert errors == [] and seen == sorted(seen) and len(set(seen)) > 1
+    assert read_table(node["limiter"])[0] == 30
 
 
 # --------------------------------------------------------------------------- garbage
 
 
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=12,
 )
