@@ -293,7 +293,7 @@ class AttributionChain:
         return UNATTRIBUTED_RESULT
 
 
-def _short(value: object, limit: int = 120) -> str:
+def _short(value: object, limit: int = 300) -> str:
     try:
         text = repr(value) if not isinstance(value, BaseException) else str(value)
     except Exception:
