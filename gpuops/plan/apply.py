@@ -158,7 +158,7 @@ class _NodeApply:
 
     async def _mps_request(self, changes: list[dict[str, Any]], why: str) -> None:
         try:
-            reply = await self.client.mps_apply(changes, force=self.force, holder=self.holder)  # type: ignore[attr-defined]
+            reply = await self.client.mps_apply(changes, force=self.force, holder=self.holder)
         except AgentError as exc:
             for c in changes:
                 self._refuse(c["gpu"], f"MPS on {c['device']}: {exc.message}")
@@ -252,7 +252,7 @@ class _NodeApply:
             return
         table = compose_table(self.live, wanted)
         try:
-            reply = await self.client.limiter_apply(  # type: ignore[attr-defined]
+            reply = await self.client.limiter_apply(
                 table, expect_generation=self.plan.limiter_generation, holder=self.holder
             )
         except AgentError as exc:

@@ -21,7 +21,7 @@ from gpuops.core.mig.catalog import MigModel, find_model
 from gpuops.core.mig.layout import InstanceSpec, MigLayout, disrupted_processes, fingerprint, layout_of
 from gpuops.core.model import Gpu, GpuProcess
 from gpuops.core.units import format_bytes, format_percent
-from gpuops.plan.live import MpsDaemon, NodeLive
+from gpuops.plan.live import MpsDaemon, NodeLive, mps_threads
 from gpuops.plan.model import (
     ADD,
     CHANGE,
@@ -240,11 +240,11 @@ def wanted_daemon(payload: dict[str, Any], device: str) -> dict[str, Any]:
     return {
         "running": bool(payload["enabled"]),
         "pipe_directory": f"{payload['pipe_directory']}/{device}",
-        "active_thread_percentage": payload["active_thread_percentage"],
+        "active_thread_percentage": mps_threads(payload["active_thread_percentage"]),
         "pinned_memory_limit": payload["pinned_memory_limit"],
         "tenants": {
             t["name"]: {
-                "active_thread_percentage": t["active_thread_percentage"],
+                "active_thread_percentage": mps_threads(t["active_thread_percentage"]),
                 "pinned_memory_limit": t["pinned_memory_limit"],
             }
             for t in sorted(payload["tenants"], key=lambda t: t["name"])
@@ -282,7 +282,8 @@ def _mps_diff(
         values = _mps_values(want["active_thread_percentage"], want["pinned_memory_limit"])
         if have is None or not have.running:
             if want["running"]:
-                actions.append(Action(MPS, ADD, f"MPS daemon on {device} ({values})"))
+                tenants = f"; per tenant: {', '.join(want['tenants'])}" if want["tenants"] else ""
+                actions.append(Action(MPS, ADD, f"MPS daemon on {device} ({values}{tenants})"))
             continue
         clients = _procs([users.get(pid) or GpuProcess(pid, 0) for pid in have.clients])
         if not want["running"]:

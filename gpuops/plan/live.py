@@ -35,7 +35,7 @@ class MpsDaemon:
         return {
             "running": self.running,
             "pipe_directory": self.pipe_directory,
-            "active_thread_percentage": self.active_thread_percentage,
+            "active_thread_percentage": mps_threads(self.active_thread_percentage),
             "pinned_memory_limit": self.pinned_memory_limit,
             "tenants": {k: dict(sorted(v.items())) for k, v in sorted(self.tenants.items())},
         }
@@ -108,6 +108,19 @@ def _num_or_none(value: Any) -> float | None:
     return float(value)
 
 
+def _mps_values(values: Any) -> dict[str, Any]:
+    """A tenant's MPS values as compared (its users are the fleet's business, not the daemon's)."""
+    return {
+        "active_thread_percentage": mps_threads(_int_or_none(values.get("active_thread_percentage"))),
+        "pinned_memory_limit": _int_or_none(values.get("pinned_memory_limit")),
+    }
+
+
+def mps_threads(value: int | None) -> int:
+    """MPS's default active thread percentage is 100: unset and 100 are the same setting."""
+    return 100 if value is None else value
+
+
 def parse_config(data: Any) -> tuple[tuple[MpsDaemon, ...], tuple[LimiterLine, ...], int]:
     """The agent's `config` reply; raises AgentError when it is not what the protocol says."""
     try:
@@ -125,7 +138,7 @@ def parse_config(data: Any) -> tuple[tuple[MpsDaemon, ...], tuple[LimiterLine, .
                     running=bool(d.get("running")),
                     active_thread_percentage=_int_or_none(d.get("active_thread_percentage")),
                     pinned_memory_limit=_int_or_none(d.get("pinned_memory_limit")),
-                    tenants={str(k): dict(v) for k, v in (d.get("tenants") or {}).items()},
+                    tenants={str(k): _mps_values(v) for k, v in (d.get("tenants") or {}).items()},
                     clients=tuple(sorted(set(clients))),
                 )
             )
