@@ -10,7 +10,7 @@ import asyncio
 import logging
 import os
 import sys
-from typing import Any, List, Optional
+from typing import List, Optional
 
 from gpuops.node.agent import Agent, log_to_stderr, open_backend
 from gpuops.node.limiter import DEFAULT_DIR as DEFAULT_LIMITER_DIR
@@ -28,6 +28,7 @@ def run_agent(
     mps_control: Optional[str] = None,
 ) -> int:
     """Serve the agent protocol on stdin/stdout until EOF; returns the exit code."""
+    from gpuops.node.mig_apply import recover_at_start
     from gpuops.node.stdio import stdio_streams
 
     log_to_stderr(log_level)
@@ -40,7 +41,8 @@ def run_agent(
         backend, backend_name, reason, state_dir=state_dir, limiter_dir=limiter_dir, mps_control=mps_control
     )
     if backend is not None:
-        _recover(backend, agent.state_dir)
+        for note in recover_at_start(backend, agent.state_dir):
+            logging.getLogger("gpuops.agent").warning("%s", note)
 
     async def main() -> None:
         reader, writer = stdio_streams(asyncio.get_event_loop(), 0, protocol_out)
@@ -57,25 +59,6 @@ def run_agent(
         if backend is not None:
             backend.close()
     return EXIT_OK
-
-
-def _recover(backend: Any, state_dir: str) -> None:
-    """Finish what a killed agent left half-done, if no apply is running now."""
-    from gpuops.node.mig_apply import recover
-    from gpuops.node.state import LockBusy, NodeState
-
-    state = NodeState(state_dir)
-    if not state.pending():
-        return
-    try:
-        lock = state.lock("agent start-up recovery")
-    except (LockBusy, OSError):
-        return  # the apply holding the lock recovers first itself
-    try:
-        for note in recover(backend, state):
-            logging.getLogger("gpuops.agent").warning("%s", note)
-    finally:
-        NodeState.unlock(lock)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -162,3 +162,21 @@ def recover(backend: Backend, state: NodeState) -> List[str]:
         except (ValueError, BackendError, ApplyError) as exc:
             notes.append("GPU %d: recovery failed (%s); the journal is kept" % (index, exc))
     return notes
+
+
+def recover_at_start(backend: Backend, state_dir: str) -> List[str]:
+    """When an agent starts: finish what a killed agent left half-done, unless an apply holds the
+    node lock now (it recovers first itself). Returns the notes for the agent's log."""
+    from gpuops.node.state import LockBusy
+
+    state = NodeState(state_dir)
+    if not state.pending():
+        return []
+    try:
+        lock = state.lock("agent start-up recovery")
+    except (LockBusy, OSError):
+        return []
+    try:
+        return recover(backend, state)
+    finally:
+        NodeState.unlock(lock)

@@ -46,6 +46,7 @@ from gpuops.spec import Fleet
 
 UNCHANGED, CHANGED, PARTIAL, REFUSED, FAILED = "unchanged", "changed", "partial", "refused", "failed"
 NODE_TIMEOUT = 600.0
+LOST = "closed"  # AgentClient's code for a session that ended under a request
 
 
 @dataclass
@@ -119,11 +120,16 @@ class _NodeApply:
             for problem in g.problems:
                 self._refuse(g.index, problem)
         if gpus:
-            await self._stop_mps_for_mig(gpus)
-            await self._mig(gpus)
-            await self._mps(gpus)
-            await self._limiter(gpus)
-            await self._verify(gpus)
+            try:
+                await self._stop_mps_for_mig(gpus)
+                await self._mig(gpus)
+                await self._mps(gpus)
+                await self._limiter(gpus)
+                await self._verify(gpus)
+            except AgentError as exc:
+                # The session is gone (agent killed, node rebooted, network cut): what the node was
+                # doing is finished or undone by its journal when an agent next starts there.
+                self.result.error = f"lost the agent during apply ({exc.message}); run apply again"
         r = self.result
         if r.refused or r.error:
             r.status = PARTIAL if r.done else (FAILED if r.error else REFUSED)
@@ -160,6 +166,8 @@ class _NodeApply:
         try:
             reply = await self.client.mps_apply(changes, force=self.force, holder=self.holder)
         except AgentError as exc:
+            if exc.code == LOST:
+                raise
             for c in changes:
                 self._refuse(c["gpu"], f"MPS on {c['device']}: {exc.message}")
             return
@@ -185,6 +193,8 @@ class _NodeApply:
         try:
             reply = await self.client.mig_apply(changes, force=self.force, holder=self.holder)
         except AgentError as exc:
+            if exc.code == LOST:
+                raise
             for c in changes:
                 self._refuse(c["gpu"], f"MIG: {exc.message}")
             return
@@ -256,6 +266,8 @@ class _NodeApply:
                 table, expect_generation=self.plan.limiter_generation, holder=self.holder
             )
         except AgentError as exc:
+            if exc.code == LOST:
+                raise
             for index in wanted:
                 self._refuse(index, f"limiter table: {exc.message}")
             return

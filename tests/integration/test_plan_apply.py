@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from gpuops.fleet.simfleet import Launched, launch, stop
+from gpuops.fleet.simfleet.faults import inject
+from gpuops.node.state import NodeState
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -270,3 +272,47 @@ def test_limiter_lines_and_mps_daemons_end_to_end(fleet: Launched) -> None:
     assert "active_thread_percentage: 40" in text and "pinned_memory_limit: 10GiB" in text
     assert "robotics: {compute: 70%, policy: fixed-share, class: offline}" in text
     assert gpuops("assert", str(exported)).returncode == 0
+
+
+FIVE_INSTANCES = mig_entry("sim-robotics-01", "0", '{"1g.5gb": 4, "3g.20gb": 1}')
+
+
+def test_nvml_failing_on_the_third_create_restores_the_old_layout(fleet: Launched) -> None:
+    carve = carve_file(fleet, FIVE_INSTANCES)
+    inject(fleet.dir / "state" / "sim-robotics-01", "create_gpu_instance", 3, "nvml_error", "UNKNOWN")
+
+    failed = gpuops("apply", str(carve), "--yes")
+    assert failed.returncode == 1
+    assert "MIG rolled_back" in failed.stdout and "injected fault on create_gpu_instance" in failed.stdout
+    assert mig_of(discover(fleet)["sim-robotics-01"], 0) == {
+        "current": False,
+        "pending": False,
+        "gpu_instances": [],
+    }
+
+    again = gpuops("apply", str(carve), "--yes")
+    assert again.returncode == 0, again.stdout
+    assert gpuops("assert", str(carve)).returncode == 0
+
+
+def test_an_agent_killed_between_two_creates_is_undone_and_apply_converges(fleet: Launched) -> None:
+    carve = carve_file(fleet, FIVE_INSTANCES)
+    state = fleet.dir / "state" / "sim-robotics-01"
+    inject(state, "create_gpu_instance", 2, "kill")
+
+    killed = gpuops("apply", str(carve), "--yes")
+    assert killed.returncode == 1
+    assert (
+        "node sim-robotics-01: failed" in killed.stdout and "Traceback" not in killed.stdout + killed.stderr
+    )
+    # The GPU is left half-made, as hardware would be, and the journal says what was under way.
+    assert len(NodeState(str(state)).pending()) == 1
+
+    # Any agent that starts on the node (here: discover's) puts the old layout back first.
+    mig = mig_of(discover(fleet)["sim-robotics-01"], 0)
+    assert mig["current"] is False and mig["gpu_instances"] == []
+    assert NodeState(str(state)).pending() == []
+
+    again = gpuops("apply", str(carve), "--yes")
+    assert again.returncode == 0, again.stdout
+    assert gpuops("assert", str(carve)).returncode == 0

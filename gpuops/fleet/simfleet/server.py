@@ -35,13 +35,15 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import asyncssh
 from asyncssh.constants import MSG_IGNORE
 
+from gpuops.fleet.simfleet.faults import FaultyBackend
 from gpuops.node.agent import Agent
 from gpuops.node.backends.base import Backend
+from gpuops.node.mig_apply import recover_at_start
 
 log = logging.getLogger("gpuops.simfleet")
 
@@ -304,14 +306,20 @@ class SimFleetServer:
             return 1
         backend_name = options.get("--backend", "nvml")
         if backend_name == "sim":
-            state = str(self.state_dir / node.name)
+            state = self.state_dir / node.name
+            # Faults (faults.py) reach the node's GPUs through this wrapper; "kill" drops this
+            # session as a SIGKILLed agent would.
+            backend = cast(Backend, FaultyBackend(node.backend, state, on_kill=process.channel.abort))
+            # As a real agent does when it starts: finish what a killed one left half-done.
+            for note in recover_at_start(backend, str(state)):
+                log.warning("%s: %s", node.name, note)
             agent = Agent(
-                node.backend,
+                backend,
                 "sim",
                 hostname=node.name,
                 inline=True,
-                state_dir=state,
-                limiter_dir=str(self.state_dir / node.name / "limiter"),
+                state_dir=str(state),
+                limiter_dir=str(state / "limiter"),
             )
         else:
             reason = f"backend {backend_name!r} is not available on a simulated node (use --backend sim)"
