@@ -120,12 +120,12 @@ class AttributorError(Exception):
 
 # ---- reporting: once per problem ---------------------------------------------------------------
 
-_reported: set[str] = set()
+_reported: set[str] = set()  # keys of the problems logged in this process
 
 
-def _warn_once(message: str) -> None:
-    if message not in _reported:
-        _reported.add(message)
+def _warn_once(key: str, message: str) -> None:
+    if key not in _reported:
+        _reported.add(key)
         log.warning("%s", message)
 
 
@@ -228,7 +228,7 @@ class AttributionChain:
         self._problems: list[str] = []
         self._seen: set[str] = set()
         for problem in problems:
-            self._problem(problem)
+            self._problem(problem, problem)
 
     @classmethod
     def from_config(
@@ -260,11 +260,13 @@ class AttributionChain:
         """Every problem met so far (each once), for a screen to show."""
         return tuple(self._problems)
 
-    def _problem(self, message: str) -> None:
-        if message not in self._seen:
-            self._seen.add(message)
+    def _problem(self, key: str, message: str) -> None:
+        """Report a problem once per `key` (an attributor that raises is reported for its first
+        exception only, whatever the later ones say)."""
+        if key not in self._seen:
+            self._seen.add(key)
             self._problems.append(message)
-            _warn_once(message)
+            _warn_once(key, message)
 
     def attribute(self, process: GpuProcess, context: AttributionContext | None = None) -> Attribution:
         """The tenant of `process`: the first attributor's answer, else `UNATTRIBUTED_RESULT`."""
@@ -275,8 +277,9 @@ class AttributionChain:
                 result = call(process, context)
             except Exception as exc:
                 self._problem(
+                    f"{name}\0raised",
                     f"attributor {name!r} failed ({type(exc).__name__}: {_short(exc)}); "
-                    "it is skipped where it fails"
+                    "it is skipped where it fails",
                 )
                 continue
             if result is None:
@@ -287,8 +290,9 @@ class AttributionChain:
                 if not result.source:
                     return Attribution(result.team, name, result.detail)
             self._problem(
+                f"{name}\0answered",
                 f"attributor {name!r} answered {_short(result)!s} instead of an Attribution with a team; "
-                "the answer is ignored"
+                "the answer is ignored",
             )
         return UNATTRIBUTED_RESULT
 
