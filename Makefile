@@ -27,7 +27,7 @@ lint: venv
 	$(BIN)/ruff format --check $(LINTED)
 
 typecheck: venv
-	$(BIN)/mypy gpuops/core gpuops/node gpuops/spec gpuops/fleet gpuops/cli gpuops/tui
+	$(BIN)/mypy gpuops/core gpuops/node gpuops/spec gpuops/fleet gpuops/cli gpuops/tui gpuops/plan gpuops/tenancy
 
 # core/ and node/ run on GPU nodes with old Pythons: they must stay valid Python 3.8.
 compat: venv

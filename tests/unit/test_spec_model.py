@@ -267,6 +267,7 @@ def test_schema_describes_the_file() -> None:
         "teams",
         "nodes",
         "carve",
+        "attribution",
     }
     assert schema["required"] == ["version", "nodes"]
     assert "^x-" in schema["patternProperties"]
