@@ -148,6 +148,7 @@ class MigChange:
     gpu: int
     layout: Any  # a MigLayout (core/mig/layout.py)
     expect: Optional[str]  # the GPU's fingerprint when the plan was made
+    known_pids: Optional[Tuple[int, ...]] = None  # the processes the plan said it disrupts
 
 
 def mig_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[MigChange, ...], bool, str]:
@@ -163,8 +164,8 @@ def mig_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[MigChange, ...], bool, s
     out = []
     seen = set()
     for n, change in enumerate(changes):
-        if not isinstance(change, dict) or set(change) - {"gpu", "layout", "expect"}:
-            raise ValueError("changes[%d] must be an object with gpu, layout and expect" % n)
+        if not isinstance(change, dict) or set(change) - {"gpu", "layout", "expect", "known_pids"}:
+            raise ValueError("changes[%d] must be an object with gpu, layout, expect and known_pids" % n)
         gpu, expect = change.get("gpu"), change.get("expect")
         if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < 256 or gpu in seen:
             raise ValueError("changes[%d].gpu must be a GPU index, once" % n)
@@ -174,8 +175,15 @@ def mig_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[MigChange, ...], bool, s
             layout = MigLayout.from_json(change.get("layout"))
         except ValueError as exc:
             raise ValueError("changes[%d].layout: %s" % (n, exc)) from None
+        known = change.get("known_pids")
+        if known is not None and not (
+            isinstance(known, list)
+            and len(known) <= 4096
+            and all(isinstance(p, int) and not isinstance(p, bool) and 0 < p < 2**31 for p in known)
+        ):
+            raise ValueError("changes[%d].known_pids must be a list of process ids" % n)
         seen.add(gpu)
-        out.append(MigChange(gpu, layout, expect))
+        out.append(MigChange(gpu, layout, expect, tuple(known) if known is not None else None))
     force, holder = args.get("force", False), args.get("holder", "")
     if not isinstance(force, bool):
         raise ValueError("'force' must be true or false")

@@ -364,7 +364,9 @@ class Agent:
             results = []
             for change in changes:
                 try:
-                    done = apply_layout(backend, state, change.gpu, change.layout, change.expect, force)
+                    done = apply_layout(
+                        backend, state, change.gpu, change.layout, change.expect, force, change.known_pids
+                    )
                     results.append(dict(done, ok=True))
                 except ApplyError as exc:
                     results.append({"gpu": change.gpu, "ok": False, "code": exc.code, "message": exc.message})

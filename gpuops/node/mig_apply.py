@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from gpuops.core.mig.layout import (
     InstanceSpec,
@@ -55,6 +55,7 @@ def apply_layout(
     target: MigLayout,
     expect: Optional[str] = None,
     force: bool = False,
+    known_pids: Optional[Sequence[int]] = None,
 ) -> Dict[str, Any]:
     """Make GPU `index` have `target`; returns what was done. Raises ApplyError."""
     target = target.normalized()
@@ -63,10 +64,21 @@ def apply_layout(
     if old is None:
         raise ApplyError("not_supported", "GPU %d (%s) does not support MIG" % (index, gpu.info.name))
     if expect is not None and fingerprint(gpu) != expect:
-        raise ApplyError("stale", "GPU %d changed since the plan was made (layout or processes)" % index)
+        raise ApplyError("stale", "GPU %d changed since the plan was made (its MIG layout or mode)" % index)
     if old == target and gpu.mig is not None and gpu.mig.pending == gpu.mig.current:
         return {"gpu": index, "changed": False, "stopped": []}
     blocking = disrupted_processes(gpu, old, target)
+    if known_pids is not None:
+        # The plan was reviewed with its list of processes to stop: one started since would be
+        # stopped without anyone having seen it, even with --force.
+        unseen = [p for p in blocking if p.pid not in set(known_pids)]
+        if unseen:
+            who = ", ".join("pid %d (%s)" % (p.pid, p.user or "?") for p in unseen)
+            raise ApplyError(
+                "stale",
+                "GPU %d: processes started since the plan would be disrupted: %s; make a new plan"
+                % (index, who),
+            )
     if blocking and not force:
         who = ", ".join("pid %d (%s)" % (p.pid, p.user or "?") for p in blocking)
         raise ApplyError(

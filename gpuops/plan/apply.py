@@ -93,9 +93,8 @@ def stale_gpus(saved: NodePlan, live: NodeLive) -> list[str]:
                 f"GPU {planned.index}: is {'gone' if gpu is None else gpu.info.uuid}, was {planned.uuid}"
             )
             continue
-        disrupts = any(a.disruptive for a in planned.actions)
-        if gpu_fingerprint(gpu, live, disrupts) != planned.fingerprint:
-            changed = what_changed(planned.live, live_summary(gpu, live), disrupts) or ["its state"]
+        if gpu_fingerprint(gpu, live) != planned.fingerprint:
+            changed = what_changed(planned.live, live_summary(gpu, live)) or ["its state"]
             lines += [f"GPU {planned.index}: {c}" for c in changed]
     return lines
 
@@ -184,7 +183,12 @@ class _NodeApply:
 
     async def _mig(self, gpus: Sequence[GpuPlan]) -> None:
         changes = [
-            {"gpu": g.index, "layout": g.mig["layout"], "expect": g.mig["expect"]}
+            {
+                "gpu": g.index,
+                "layout": g.mig["layout"],
+                "expect": g.mig["expect"],
+                "known_pids": g.mig.get("known_pids", []),
+            }
             for g in gpus
             if g.mig is not None and g.index not in self.failed
         ]

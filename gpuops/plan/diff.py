@@ -117,29 +117,26 @@ def _pending(gpu: Gpu) -> bool:
     return gpu.mig is not None and gpu.mig.pending != gpu.mig.current
 
 
-def gpu_fingerprint(gpu: Gpu, live: NodeLive, with_processes: bool = True) -> str:
-    """What a saved plan for this GPU was made from. Processes count only for plans that would
-    disrupt them: a new job on a GPU whose limiter lines change does not make the plan stale."""
+def gpu_fingerprint(gpu: Gpu, live: NodeLive) -> str:
+    """What a saved plan for this GPU was made from. Not its processes: jobs come and go; the node
+    refuses a MIG change that would stop a process the plan did not list (`known_pids`)."""
     layout = layout_of(gpu)
     return state_fingerprint(
         {
             "uuid": gpu.info.uuid,
             "mig": layout.to_json() if layout is not None else None,
             "pending": _pending(gpu),
-            "pids": sorted(p.pid for p in gpu.processes) if with_processes else None,
             "mps": [d.settings() for d in live.daemons_of(gpu)],
             "limiter": live.limiter_terms(gpu),
         }
     )
 
 
-def what_changed(before: dict[str, Any], after: dict[str, Any], with_processes: bool = True) -> list[str]:
-    """The differences between two live summaries, one line each."""
+def what_changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The differences between two live summaries (what fingerprints cover), one line each."""
     lines = []
-    labels = {"mig": "MIG layout", "processes": "processes", "mps": "MPS daemons", "limiter": "limiter lines"}
+    labels = {"mig": "MIG layout", "mps": "MPS daemons", "limiter": "limiter lines"}
     for key, label in labels.items():
-        if key == "processes" and not with_processes:
-            continue
         if before.get(key) != after.get(key):
             lines.append(f"{label}: was {_words(before.get(key))}, now {_words(after.get(key))}")
     return lines
@@ -372,7 +369,8 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
                 problems.append(f"{desired.mig.location}: GPU {info.index} ({info.name}): {reason}")
             elif target != old or _pending(gpu):
                 actions += mig_actions(gpu, old, target)
-                mig_payload = {"layout": target.to_json(), "expect": fingerprint(gpu)}
+                victims = sorted({p.pid for a in actions if a.kind == MIG for p in a.processes})
+                mig_payload = {"layout": target.to_json(), "expect": fingerprint(gpu), "known_pids": victims}
                 new = target
     mps = None
     if desired.mps is not None and not problems:
@@ -416,7 +414,7 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
         index=info.index,
         uuid=info.uuid,
         name=info.name,
-        fingerprint=gpu_fingerprint(gpu, live, any(a.disruptive for a in actions)),
+        fingerprint=gpu_fingerprint(gpu, live),
         live=live_summary(gpu, live),
         actions=tuple(actions) if not problems else (),
         problems=tuple(problems),

@@ -110,6 +110,22 @@ def test_a_stale_plan_is_refused(backend: SimBackend, state: NodeState) -> None:
     assert info.value.code == "stale"
 
 
+def test_processes_the_plan_did_not_list_are_never_stopped(backend: SimBackend, state: NodeState) -> None:
+    gpu = backend.sample().gpus[1]
+    (busy,) = gpu.processes  # alice's job on 3g.20gb@4
+    target = _layout(("7g.40gb", 0))
+    # The plan was reviewed when nothing ran there: the job that started since is not stopped,
+    # not even with force.
+    with pytest.raises(ApplyError) as info:
+        apply_layout(backend, state, 1, target, fingerprint(gpu), force=True, known_pids=[])
+    assert info.value.code == "stale"
+    assert f"pid {busy.pid} (alice)" in info.value.message and "make a new plan" in info.value.message
+    assert _live(backend, 1) == layout_of(gpu)
+    # Listed (and one more that has ended since): forced, it proceeds.
+    done = apply_layout(backend, state, 1, target, fingerprint(gpu), force=True, known_pids=[busy.pid, 99999])
+    assert done["stopped"] == [busy.pid] and _live(backend, 1) == target
+
+
 class FailingCreates(SimBackend):
     """NVML failing on the n-th GPU instance creation (the hardware boundary's fault)."""
 

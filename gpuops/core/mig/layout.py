@@ -3,7 +3,7 @@
 A layout is MIG mode plus GPU instances by (profile id, start) and, in each, its compute
 instances by CI profile id in placement order. It is built from the live model (`layout_of`)
 or from a plan, and it is what the node's journal records before a change. `fingerprint`
-summarises what a plan was made from (layout and processes), so an apply can refuse a GPU that
+summarises what a plan was made from (identity and layout), so an apply can refuse a GPU that
 changed since.
 """
 
@@ -74,13 +74,14 @@ def layout_of(gpu: Gpu) -> Optional[MigLayout]:
 
 
 def fingerprint(gpu: Gpu) -> str:
-    """What a plan for this GPU was made from: identity, MIG mode and layout, processes."""
+    """What a plan for this GPU was made from: identity, MIG mode and layout. Processes are
+    checked on their own (the processes a plan lists as disrupted, `known_pids`): one that ended
+    since is no reason to refuse, one that started since and would be disrupted is."""
     layout = layout_of(gpu)
     document = {
         "uuid": gpu.info.uuid,
         "pending": gpu.mig.pending if gpu.mig is not None else None,
         "layout": layout.to_json() if layout is not None else None,
-        "pids": sorted(p.pid for p in gpu.processes),
     }
     text = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
