@@ -88,6 +88,12 @@ def main() -> int:
         f"exit {applied.returncode} |",
         f"| `gpuops assert` | {t_assert:.1f} s | exit {asserted.returncode} |",
         f"| `gpuops apply` again | {t_again:.1f} s | nothing to do, exit {again.returncode} |",
+        "",
+        "Run again: `.venv/bin/python -m bench.apply_fleet --nodes 100`. The simulated GPUs change MIG "
+        "layouts instantly, so this measures gpuops (SSH sessions, plans, agent round trips, node "
+        "locks, verify), not the driver: on real hardware a MIG mode change with a GPU reset takes "
+        "seconds per GPU, and the nodes' GPUs are changed one after another within a node while "
+        "`--parallel` nodes run at once.",
     ]
     text = "\n".join(lines)
     print(text)
