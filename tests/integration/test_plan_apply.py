@@ -316,3 +316,55 @@ def test_an_agent_killed_between_two_creates_is_undone_and_apply_converges(fleet
     again = gpuops("apply", str(carve), "--yes")
     assert again.returncode == 0, again.stdout
     assert gpuops("assert", str(carve)).returncode == 0
+
+
+BASE = """\
+version: 1
+teams:
+  vision: {users: [alice]}
+  nlp: {users: [bob]}
+nodes:
+  - {name: gpu-a-01, host: 127.0.0.1, port: 1, labels: {gpu-model: A100-SXM4-40GB}}
+carve:
+"""
+SEL = "  - select: {nodes: gpu-a-01}\n"
+
+
+@pytest.mark.parametrize(
+    ("carve", "said"),
+    [
+        (SEL + '    mig: {enabled: true, profiles: {"5g.20gb": 1}}\n', "unknown MIG profile '5g.20gb'"),
+        (
+            SEL + '    mig: {enabled: true, profiles: {"4g.20gb": 2}}\n',
+            "4g.20gb: at most 1 per GPU (asked for 2)",
+        ),
+        (
+            SEL + "    mps: {enabled: true, active_thread_percentage: 0}\n",
+            "must be between 1 and 100 (got 0)",
+        ),
+        (
+            SEL + "    mps: {enabled: true, active_thread_percentage: 150}\n",
+            "must be between 1 and 100 (got 150)",
+        ),
+        (
+            SEL
+            + "    limiter: {policy: fixed-share, tenants: {vision: {compute: 60%}, nlp: {compute: 50%}}}\n",
+            "110%",
+        ),
+        (
+            "  - select: {nodes: gpu-a-01}\n    mig: {enabled: false}\n"
+            "  - select: {nodes: gpu-a-01}\n    mig: {enabled: true}\n",
+            "duplicate selector",
+        ),
+    ],
+)
+def test_bad_carve_settings_are_one_located_line(tmp_path: Path, carve: str, said: str) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(BASE + carve)
+    for command in ("plan", "apply", "assert"):
+        result = gpuops(command, str(path), "--yes") if command == "apply" else gpuops(command, str(path))
+        assert result.returncode == 1, result.stdout + result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {path}:"), lines
+        assert said in lines[0] and "Traceback" not in result.stderr
+        assert result.stdout == ""
