@@ -21,6 +21,14 @@ def register(app: typer.Typer) -> None:
         state_dir: Path | None = typer.Option(
             None, "--state-dir", help="Node lock and MIG journal directory."
         ),
+        limiter_dir: Path | None = typer.Option(
+            None,
+            "--limiter-dir",
+            help="The limiter's tenant table and regions (default /run/gpuops/limiter).",
+        ),
+        mps_control: Path | None = typer.Option(
+            None, "--mps-control", help="nvidia-cuda-mps-control to run (default: the one on PATH)."
+        ),
     ) -> None:
         """Serve the node agent protocol (used by the fleet over SSH, or by hand for debugging)."""
         from gpuops.node.main import run_agent
@@ -30,4 +38,13 @@ def register(app: typer.Typer) -> None:
         if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             fail(f"--log-level must be DEBUG, INFO, WARNING or ERROR, not {log_level!r}", code=2)
         spec = str(sim_spec) if sim_spec else None
-        raise typer.Exit(run_agent(backend, spec, log_level.upper(), str(state_dir) if state_dir else None))
+        raise typer.Exit(
+            run_agent(
+                backend,
+                spec,
+                log_level.upper(),
+                str(state_dir) if state_dir else None,
+                str(limiter_dir) if limiter_dir else None,
+                str(mps_control) if mps_control else None,
+            )
+        )
