@@ -35,6 +35,8 @@ CONNECTING, LIVE, STALE, UNREACHABLE = "connecting", "live", "stale", "unreachab
 BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 30.0
 MAX_EVENTS = 1000
+COALESCE = 0.02  # seconds: while many streams are followed, the loop takes its sockets about this often
+PAUSE_SHARE = 0.8  # of each coalescing window spent letting the sockets fill
 
 
 @dataclass(frozen=True)
@@ -107,14 +109,18 @@ class Collector:
         on_change: Callable[[], None] | None = None,
         silence_limit: float | None = None,
         backoff_max: float = BACKOFF_MAX,
+        coalesce: float = COALESCE,
     ) -> None:
         self.interval = interval
+        self.coalesce = coalesce
         self.silence_limit = silence_limit if silence_limit is not None else max(5 * interval, 10.0)
         self.backoff_max = backoff_max
         self._records = {t.name: _NodeRecord(t) for t in targets}
         self._handshakes = asyncio.Semaphore(max_handshakes)
         self._tasks: list[asyncio.Task[None]] = []
         self._following: set[_NodeRecord] = set()
+        self._pause_handle: asyncio.TimerHandle | None = None
+        self._pause_due = 0.0
         self._changed = asyncio.Event()
         self._on_change = on_change
         self.events: deque[FleetEvent] = deque(maxlen=MAX_EVENTS)
@@ -131,6 +137,9 @@ class Collector:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        if self._pause_handle is not None:
+            self._pause_handle.cancel()
+            self._pause_handle = None
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
 
@@ -279,10 +288,12 @@ class Collector:
 
     async def _watchdog(self) -> None:
         """Once per interval (at most a second), fail the stream of every node silent for longer
-        than `silence_limit`: one wake-up for the fleet instead of one per node."""
+        than `silence_limit`: one wake-up for the fleet instead of one per node. Also turns
+        coalescing of wake-ups on and off as the number of streams changes."""
         period = min(self.interval, 1.0)
         while True:
             await asyncio.sleep(period)
+            self._coalesce_wakeups()
             now = time.monotonic()
             for record in self._following:
                 silent = now - record.last_message
@@ -290,6 +301,38 @@ class Collector:
                     record.silence.set_exception(
                         SshError("silent", f"no data for {silent:.0f}s (node frozen or network cut?)")
                     )
+
+    def _coalesce_wakeups(self) -> None:
+        """Start or stop coalescing (see `_pause`), as the number of streams followed asks."""
+        busy = self.coalesce > 0 and len(self._following) * self.coalesce >= self.interval
+        if busy and self._pause_handle is None:
+            loop = asyncio.get_running_loop()
+            self._pause_due = loop.time()
+            self._pause_handle = loop.call_at(self._pause_due, self._pause)
+        elif not busy and self._pause_handle is not None:
+            self._pause_handle.cancel()
+            self._pause_handle = None
+
+    def _pause(self) -> None:
+        """Let the sockets fill for most of each window, so the loop takes them in one pass.
+
+        Left alone, the event loop wakes for every sample: at 1000 nodes a thousand times a
+        second, each wake-up paying the poll, the switch back into this process and caches
+        that the processes that ran meanwhile have cooled. While at least one sample is due per
+        `coalesce` window, this timer sleeps the loop thread for 4/5 of each window; the loop
+        then polls once, handles everything that arrived meanwhile in one pass (about a quarter
+        less CPU per sample, docs/benchmarks.md), and runs freely for the last fifth, so that
+        other work (a screen, a handshake) is held up at most one pause per window, never one
+        per turn of the loop. A sample is at most one window later; the pause shrinks by however
+        late its timer ran, so a loop that is busy anyway (and so batches by itself) is not
+        slowed.
+        """
+        loop = asyncio.get_running_loop()
+        pause = PAUSE_SHARE * self.coalesce - (loop.time() - self._pause_due)
+        if pause > 0:
+            time.sleep(pause)  # deliberately blocking: the sockets fill up meanwhile
+        self._pause_due = loop.time() + (1 - PAUSE_SHARE) * self.coalesce
+        self._pause_handle = loop.call_at(self._pause_due, self._pause)
 
 
 def _allow_open_files(needed: int) -> None:
