@@ -37,6 +37,7 @@ BACKOFF_MAX = 30.0
 MAX_EVENTS = 1000
 COALESCE = 0.02  # seconds: while many streams are followed, the loop takes its sockets about this often
 PAUSE_SHARE = 0.8  # of each coalescing window spent letting the sockets fill
+STARTING_SHARE = 8  # no coalescing while more than 1 node connects per 8 that stream
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ class Collector:
         self._handshakes = asyncio.Semaphore(max_handshakes)
         self._tasks: list[asyncio.Task[None]] = []
         self._following: set[_NodeRecord] = set()
+        self._starting = 0  # sessions connecting, starting their agent or taking its inventory
         self._pause_handle: asyncio.TimerHandle | None = None
         self._pause_due = 0.0
         self._changed = asyncio.Event()
@@ -232,25 +234,33 @@ class Collector:
     async def _session(self, record: _NodeRecord) -> bool:
         """One connection's life; returns whether any data came. Raises why it ended."""
         target = record.target
-        conn = await connect(target.ssh, self._handshakes)
-        got_data = False
+        self._starting += 1
+        starting = True
         try:
-            client, channel = await start_agent(conn, target.launch, target.name)
+            conn = await connect(target.ssh, self._handshakes)
+            got_data = False
             try:
-                hello = client.hello
-                if hello is not None and hello.backend_error:
-                    raise AgentError("backend_unavailable", hello.backend_error)
-                inventory = await asyncio.wait_for(client.inventory(), self.silence_limit)
-                self._update(record, hello=hello, inventory=inventory)
-                await self._follow(record, client)
-                got_data = True
+                client, channel = await start_agent(conn, target.launch, target.name)
+                try:
+                    hello = client.hello
+                    if hello is not None and hello.backend_error:
+                        raise AgentError("backend_unavailable", hello.backend_error)
+                    inventory = await asyncio.wait_for(client.inventory(), self.silence_limit)
+                    self._update(record, hello=hello, inventory=inventory)
+                    self._starting -= 1
+                    starting = False
+                    await self._follow(record, client)
+                    got_data = True
+                finally:
+                    await client.close()
+                    channel.close()
             finally:
-                await client.close()
-                channel.close()
+                conn.close()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(conn.wait_closed(), 2)
         finally:
-            conn.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.wait_closed(), 2)
+            if starting:
+                self._starting -= 1
         return got_data
 
     async def _follow(self, record: _NodeRecord, client: AgentClient) -> None:
@@ -303,8 +313,16 @@ class Collector:
                     )
 
     def _coalesce_wakeups(self) -> None:
-        """Start or stop coalescing (see `_pause`), as the number of streams followed asks."""
-        busy = self.coalesce > 0 and len(self._following) * self.coalesce >= self.interval
+        """Start or stop coalescing (see `_pause`): on while at least one sample is due per
+        window, and while few nodes are still connecting compared with those streaming (in a
+        discovery, or a site coming back, every round trip of a handshake would wait for a
+        pause: 1000 nodes took a third longer to discover)."""
+        following = len(self._following)
+        busy = (
+            self.coalesce > 0
+            and following * self.coalesce >= self.interval
+            and self._starting * STARTING_SHARE <= following
+        )
         if busy and self._pause_handle is None:
             loop = asyncio.get_running_loop()
             self._pause_due = loop.time()
