@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -39,8 +40,7 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _operator(fleet_file: str, steady: float, discovery_timeout: float) -> dict[str, float]:
-    from gpuops.core import protocol as proto
+async def _operator(fleet_file: str, steady: float, discovery_timeout: float) -> dict[str, Any]:
     from gpuops.fleet.collector import Collector
     from gpuops.fleet.ssh import connect
     from gpuops.fleet.targets import node_targets
@@ -67,23 +67,9 @@ async def _operator(fleet_file: str, steady: float, discovery_timeout: float) ->
     handshakes = asyncio.Semaphore(fleet.max_handshakes)
     conns = await asyncio.gather(*(connect(t.ssh, handshakes) for t in targets), return_exceptions=True)
     live = [c for c in conns if not isinstance(c, BaseException)]
-    request = proto.request(1, "hello") + proto.request(2, "sample")
-
-    async def poll(conn) -> int:  # type: ignore[no-untyped-def]
-        try:
-            result = await asyncio.wait_for(conn.run(NAIVE_COMMAND, input=request, encoding=None), 10)
-        except (TimeoutError, OSError, Exception):
-            return 0
-        return int(b'"id":2' in (result.stdout or b""))
-
-    naive_samples, naive_cpu0, naive_wall0 = 0, _cpu(), time.monotonic()
-    deadline = naive_wall0 + steady
-    while time.monotonic() < deadline:
-        tick = time.monotonic()
-        naive_samples += sum(await asyncio.gather(*(poll(c) for c in live)))
-        await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
-    naive_cpu = _cpu() - naive_cpu0
-    naive_wall = time.monotonic() - naive_wall0
+    naive, naive_samples_per_s = await _naive(live, steady, decode=False)
+    # For reference, the same with each sample decoded into a NodeSample, as gpuops delivers it.
+    naive_decode, _ = await _naive(live, steady, decode=True)
     for c in live:
         c.close()
     return {
@@ -92,10 +78,50 @@ async def _operator(fleet_file: str, steady: float, discovery_timeout: float) ->
         "discovery_s": discovery,
         "samples_per_s": samples / wall,
         "cpu_ms_per_sample": 1000 * cpu / max(samples, 1),
-        "naive_samples_per_s": naive_samples / naive_wall,
-        "naive_cpu_ms_per_sample": 1000 * naive_cpu / max(naive_samples, 1),
+        "naive_samples_per_s": naive_samples_per_s,
+        "naive_cpu_ms_per_sample": naive,
+        "naive_decode_cpu_ms_per_sample": naive_decode,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
     }
+
+
+async def _naive(conns: list[Any], steady: float, decode: bool) -> tuple[float, float]:
+    """Poll every connection once per second with a new exec channel, as gpustat-web does
+    (`conn.run`, the agent started for one `sample` and ended); returns (operator CPU ms per
+    node-sample, node-samples per second). One untimed round first, as the collector has its
+    settling time. With `decode`, each reply is also parsed and decoded into a NodeSample."""
+    from gpuops.core import protocol as proto
+    from gpuops.core.codec import from_json
+    from gpuops.core.model import NodeSample
+
+    request = proto.request(1, "hello") + proto.request(2, "sample")
+
+    async def poll(conn: Any) -> int:
+        try:
+            result = await asyncio.wait_for(conn.run(NAIVE_COMMAND, input=request, encoding=None), 10)
+        except (TimeoutError, OSError, Exception):
+            return 0
+        out = result.stdout or b""
+        if not decode:
+            return int(b'"id":2' in out)
+        for line in out.splitlines():
+            message = proto.parse_message(line)
+            if message.id == 2 and message.ok:
+                from_json(NodeSample, message.result)
+                return 1
+        return 0
+
+    async def round_of_polls() -> int:
+        return sum(await asyncio.gather(*(poll(c) for c in conns)))
+
+    await round_of_polls()
+    samples, cpu0, wall0 = 0, _cpu(), time.monotonic()
+    while time.monotonic() < wall0 + steady:
+        tick = time.monotonic()
+        samples += await round_of_polls()
+        await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+    return 1000 * (_cpu() - cpu0) / max(samples, 1), samples / (time.monotonic() - wall0)
 
 
 def run_size(nodes: int, steady: float) -> dict[str, float]:
@@ -137,13 +163,16 @@ def main() -> None:
     parser.add_argument("--operator", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.operator:
-        print(json.dumps(asyncio.run(_operator(args.operator, args.steady, 120.0))))
+        from gpuops.fleet.ssh import run
+
+        print(json.dumps(run(_operator(args.operator, args.steady, 120.0))))
         return
     rows = []
     for nodes in (int(n) for n in args.nodes.split(",")):
         result = run_size(nodes, args.steady)
-        ratio = result["naive_cpu_ms_per_sample"] / max(result["cpu_ms_per_sample"], 1e-9)
-        result["naive_ratio"] = ratio
+        gpuops = max(result["cpu_ms_per_sample"], 1e-9)
+        result["naive_ratio"] = result["naive_cpu_ms_per_sample"] / gpuops
+        result["naive_decode_ratio"] = result["naive_decode_cpu_ms_per_sample"] / gpuops
         print(json.dumps(result), flush=True)
         rows.append(result)
     lines = [
@@ -153,26 +182,37 @@ def main() -> None:
         "Targets: 1000 nodes discovered in <= 20 s; <= 0.3 ms operator CPU per node-sample;",
         ">= 5x cheaper than a new exec channel per poll.",
         "",
-        "| nodes | discovered | discovery | node-samples/s | operator CPU / node-sample | naive: samples/s "
-        "| naive CPU / node-sample | naive ÷ gpuops | peak RSS |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| nodes | discovered | discovery | node-samples/s | gpuops CPU / node-sample "
+        "| naive: node-samples/s | naive CPU / node-sample | **naive ÷ gpuops** "
+        "| naive + decode CPU / node-sample | (naive + decode) ÷ gpuops | peak RSS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {int(r['nodes'])} | {int(r['reached'])} | {r['discovery_s']:.1f} s "
-            f"| {r['samples_per_s']:.0f} "
-            f"| {r['cpu_ms_per_sample']:.3f} ms | {r['naive_samples_per_s']:.0f} "
-            f"| {r['naive_cpu_ms_per_sample']:.3f} ms | {r['naive_ratio']:.1f}x | {r['peak_rss_mb']:.0f} MB |"
+            f"| {r['samples_per_s']:.0f} | {r['cpu_ms_per_sample']:.3f} ms "
+            f"| {r['naive_samples_per_s']:.0f} | {r['naive_cpu_ms_per_sample']:.3f} ms "
+            f"| **{r['naive_ratio']:.1f}x** | {r['naive_decode_cpu_ms_per_sample']:.3f} ms "
+            f"| {r['naive_decode_ratio']:.1f}x | {r['peak_rss_mb']:.0f} MB |"
         )
+    loops = ", ".join(sorted({str(r.get("loop", "asyncio")) for r in rows}))
     lines += [
         "",
-        "Where the operator's time goes per node-sample (cProfile, 300 nodes): asyncssh receiving",
-        "and decrypting the packets (about half; asyncssh's server also sends an SSH_MSG_IGNORE",
-        "before every data packet, so a simulated node costs two packets per sample where OpenSSH's",
-        "sshd sends one), the event loop, then ours: JSON parsing and rebuilding the sample from its",
-        "delta (about 0.04 ms). The naive pattern is measured on the same kept-open connections, as",
-        "gpustat-web keeps them, so it pays channel set-up and a full sample per poll but no",
-        "handshake; see docs/fleet.md for why the ratio stays near 2-3x.",
+        f"Operator event loop: {loops} (`gpuops.fleet.ssh.run`; `GPUOPS_EVENT_LOOP=asyncio` gives",
+        "asyncio's own). *gpuops*: one SSH connection per node, one `watch` stream of deltas per",
+        "agent, wake-ups coalesced into 50 ms windows (`docs/fleet.md`). *naive*: on connections",
+        "kept open as gpustat-web keeps them, a new exec channel per node per poll (`conn.run`), the",
+        "agent started for one full sample, the reply's bytes only looked at: the baseline of the 5x",
+        "target. *naive + decode*: the same with each reply parsed and decoded into a NodeSample, as",
+        "gpuops delivers it (for reference, not the target's baseline). The simulated servers put on",
+        "the wire what sshd does (one packet per sample; asyncssh's own server adds an",
+        "SSH_MSG_IGNORE before every packet, `gpuops/fleet/simfleet/server.py`).",
+        "",
+        "Where gpuops' time goes per node-sample at 1000 nodes (thread CPU time, measured when this",
+        "was recorded): parsing the JSON line and applying the delta to the previous sample",
+        "(`gpuops/core` protocol and codec) about 0.07 ms, the collector's bookkeeping 0.01 ms,",
+        "asyncssh receiving and decrypting the packet about 0.035 ms, the event loop the rest. The",
+        "5x target is not met; `docs/fleet.md` says why and what would meet it.",
     ]
     if not args.no_write:
         write_section("fleet_collect", "\n".join(lines))
