@@ -9,10 +9,13 @@ and a separate operator process measures:
   the node-samples it took in, over `--steady` seconds, with gpuops' persistent agent sessions
   (one SSH connection per node, one `watch` stream per agent);
 - the same fleet polled the naive way (gpustat-web's pattern: a new exec channel per node per
-  poll, which starts the agent, asks once and closes), in the same run;
+  poll, which starts the agent, asks once and closes), in the same run, after one untimed
+  round; and, for reference, the same again with each reply decoded into a NodeSample;
 - peak resident memory of the operator process (ru_maxrss).
-The server runs in its own process on the same 2 cores, so absolute rates are bounded by it;
-the ratio between the two patterns is what the comparison rests on.
+The operator runs on `gpuops.fleet.ssh.run` (uvloop when installed; GPUOPS_EVENT_LOOP=asyncio
+for asyncio's loop), both patterns on the same loop. The server runs in its own process on the
+same 2 cores, so absolute rates are bounded by it; the ratio between the two patterns is what
+the comparison rests on.
 """
 
 from __future__ import annotations
@@ -210,9 +213,11 @@ def main() -> None:
         "",
         "Where gpuops' time goes per node-sample at 1000 nodes (thread CPU time, measured when this",
         "was recorded): parsing the JSON line and applying the delta to the previous sample",
-        "(`gpuops/core` protocol and codec) about 0.07 ms, the collector's bookkeeping 0.01 ms,",
-        "asyncssh receiving and decrypting the packet about 0.035 ms, the event loop the rest. The",
-        "5x target is not met; `docs/fleet.md` says why and what would meet it.",
+        "(`gpuops/core` protocol and codec) about 0.065 ms, the agent client and the collector around",
+        "them 0.015 ms, asyncssh receiving and decrypting the packet 0.035 ms, the event loop about",
+        "0.01 ms. The 5x target is not met; `docs/fleet.md` says why and what would meet it.",
+        "Run again: `.venv/bin/python bench/fleet_collect.py` (about 5 minutes; figures vary by about",
+        "10% from run to run on a shared 2-core machine).",
     ]
     if not args.no_write:
         write_section("fleet_collect", "\n".join(lines))
