@@ -216,7 +216,7 @@ def main() -> None:
         "(`gpuops/core` protocol and codec) about 0.065 ms, the agent client and the collector around",
         "them 0.015 ms, asyncssh receiving and decrypting the packet 0.035 ms, the event loop about",
         "0.01 ms. The 5x target is not met; `docs/fleet.md` says why and what would meet it.",
-        "Run again: `.venv/bin/python bench/fleet_collect.py` (about 5 minutes; figures vary by about",
+        "Run again: `.venv/bin/python bench/fleet_collect.py` (a few minutes; figures vary by about",
         "10% from run to run on a shared 2-core machine).",
     ]
     if not args.no_write:
