@@ -1,0 +1,472 @@
+"""Accounting over time: the node's bounded minute and hour rollups, and their JSON form.
+
+Shared by the node (which records them, gpuops/node/history.py) and the operator (which reads
+them with the agent's `history` request). Pure: frozen dataclasses and functions, valid Python
+3.8, standard library only. The format is described in docs/history.md.
+
+A `Bucket` is one aligned minute or hour (UTC). Per GPU (`GpuUsage`) it holds what the GPU did
+in that time, and per *key* (`UserUsage`: unix user, groups, tenant label, MIG GPU instance)
+what that key's processes held and used. Figures are time integrals over the samples the
+recorder took, each sample standing for the time since the previous one (at most two recording
+intervals: a longer gap is not counted):
+
+- a whole GPU is shared between the keys with processes on it by the memory they hold (equally
+  when none holds any); its busy time is its utilization (100% while processes are present when
+  the node does not report utilization);
+- on MIG, each GPU instance is `instance_fraction` of the GPU, shared between its processes'
+  keys by memory; NVML gives no utilization per MIG device, so an instance with processes counts
+  as busy (`busy == held` for MIG keys).
+
+`gpu_shares` computes one sample's shares; the recorder multiplies them by the sample's time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from gpuops.core.model import Gpu, GpuInstance, GpuProcess, NotAvailable
+
+MINUTE = 60.0
+HOUR = 3600.0
+RESOLUTIONS = {"minute": MINUTE, "hour": HOUR}
+
+OTHER_USER = "(other)"  # the key that holds everything past MAX_KEYS keys of a GPU in a bucket
+MAX_KEYS = 64  # user keys per GPU per bucket, "(other)" included
+
+
+@dataclass(frozen=True)
+class UserUsage:
+    """What one key's processes held and used on one GPU in one bucket."""
+
+    user: str  # unix user name, "" when unknown; "(other)" for keys merged past the bound
+    groups: Tuple[str, ...]  # as GpuProcess.groups (primary first)
+    tenant: Optional[str]  # the limiter region's tenant label (GpuProcess.tenant), else None
+    tenant_source: str  # GpuProcess.tenant_source ("" when none)
+    gpu_instance_id: Optional[int]  # MIG GPU instance, None when not on MIG
+    seconds: float  # seconds during which this key had a process on the GPU
+    held: float  # GPU-equivalent-seconds of presence: sum(weight * dt)
+    busy: float  # GPU-time seconds: sum(weight * util/100 * dt); on MIG: = held
+    memory: float  # byte-seconds: sum(memory held by the key's processes * dt)
+    memory_max: int  # largest total memory of the key at one sample
+    process_max: int  # largest memory of one process of the key at one sample
+    processes: int  # most processes of the key at one sample
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    """What one GPU did in one bucket."""
+
+    index: int
+    uuid: str
+    name: str  # as GpuInfo
+    memory_total: int  # bytes (0 when unknown)
+    owner: Optional[str]  # Gpu.owner as the node reports it
+    mig: bool  # MIG mode on during (any part of) the bucket
+    seconds: float  # sampled seconds covered for this GPU
+    # GPU-time seconds: sum(util/100 * dt); on MIG: sum(fraction of the GPU held by instances
+    # with processes * dt)
+    busy: float
+    memory: float  # byte-seconds of device memory used
+    memory_max: int  # most device memory used at one sample
+    users: Tuple[UserUsage, ...]
+
+
+@dataclass(frozen=True)
+class Bucket:
+    start: float  # aligned: a multiple of span (UTC)
+    span: float  # 60.0 (minute) or 3600.0 (hour)
+    gpus: Tuple[GpuUsage, ...]
+
+
+@dataclass(frozen=True)
+class History:
+    resolution: str  # "minute" | "hour"
+    since: float
+    until: float
+    # A recorder wrote within the last 3 flush intervals (see docs/history.md).
+    recording: bool
+    oldest: Optional[float]  # start of the oldest bucket kept (of this resolution)
+    buckets: Tuple[Bucket, ...]  # ordered by start
+
+
+# ---- shares of one sample ----------------------------------------------------------------------
+
+_PROFILE_SLICES = re.compile(r"^(\d+)g\.")
+_FRACTIONS: Dict[Tuple[Optional[str], str, int], float] = {}
+
+
+def instance_fraction(gpu: Gpu, gi: GpuInstance) -> float:
+    """The share of its GPU a MIG GPU instance is: compute slices over the GPU's (3g of 7 = 3/7),
+    else memory slices over the model's. The same figure as gpuops/fleet/views.py's."""
+    key = (gpu.info.mig_model, gi.profile_name, gi.size)
+    found = _FRACTIONS.get(key)
+    if found is None:
+        found = _fraction(*key)
+        if len(_FRACTIONS) < 4096:
+            _FRACTIONS[key] = found
+    return found
+
+
+def _fraction(mig_model: Optional[str], profile: str, size: int) -> float:
+    from gpuops.core.mig.catalog import find_model
+
+    model = find_model(mig_model) if mig_model else None
+    match = _PROFILE_SLICES.match(profile)
+    if model is not None and match is not None and model.compute_slice_count:
+        return min(1.0, int(match.group(1)) / model.compute_slice_count)
+    if model is not None and model.memory_slice_count:
+        return min(1.0, size / model.memory_slice_count)
+    return min(1.0, size / 8)
+
+
+def _int(value: object) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _num(value: object) -> Optional[float]:
+    if isinstance(value, (bool, NotAvailable)):
+        return None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+Key = Tuple[str, Tuple[str, ...], Optional[str], str, Optional[int]]
+
+
+def key_of(process: GpuProcess) -> Key:
+    """(user, groups, tenant, tenant_source, gpu_instance_id): what a UserUsage is kept per."""
+    return (process.user, process.groups, process.tenant, process.tenant_source, process.gpu_instance_id)
+
+
+@dataclass(frozen=True)
+class KeyShare:
+    """One key's part of one sample of a GPU (multiply by dt for a bucket's integrals)."""
+
+    key: Key
+    weight: float  # GPU-equivalents held
+    busy: float  # GPU-equivalents busy (weight * util/100; on MIG = weight)
+    memory: int  # bytes its processes hold
+    process_max: int  # bytes of its largest process
+    processes: int
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """One sample of one GPU, as the recorder integrates it."""
+
+    busy: float  # fraction of the GPU busy (util/100; MIG: fraction held by instances in use)
+    memory: int  # device memory used, bytes
+    mig: bool
+    keys: Tuple[KeyShare, ...]
+
+
+def _process_memory(processes: Sequence[GpuProcess], fallback: Optional[int]) -> List[int]:
+    """Memory per process; where NVML did not say, an equal share of what the device holds."""
+    known = [_int(p.used_memory_bytes) for p in processes]
+    if all(k is not None for k in known):
+        return [k or 0 for k in known]
+    share = (fallback or 0) // max(1, len(processes))
+    return [k if k is not None else share for k in known]
+
+
+def _key_shares(
+    processes: Sequence[GpuProcess], memories: Sequence[int], scale: float, util: Optional[float]
+) -> List[KeyShare]:
+    """Keys of processes sharing one device (a GPU or one MIG instance) that is `scale` of the
+    GPU, by memory held (equally when none holds any)."""
+    held: Dict[Key, List[int]] = {}  # key -> [memory, process_max, processes]
+    for p, m in zip(processes, memories):
+        acc = held.get(key_of(p))
+        if acc is None:
+            held[key_of(p)] = [m, m, 1]
+        else:
+            acc[0] += m
+            acc[1] = max(acc[1], m)
+            acc[2] += 1
+    total = sum(a[0] for a in held.values())
+    out = []
+    for key, (memory, process_max, count) in held.items():
+        weight = scale * (memory / total if total > 0 else 1.0 / len(held))
+        busy = weight if util is None else weight * util
+        out.append(KeyShare(key, weight, busy, memory, process_max, count))
+    return out
+
+
+def gpu_shares(gpu: Gpu) -> GpuShare:
+    """What one sample of `gpu` says: how busy it is and which keys hold what share of it."""
+    sample = gpu.sample
+    mig = gpu.mig is not None and gpu.mig.current
+    if mig:
+        assert gpu.mig is not None
+        instances = {m.gpu_instance_id: m for m in gpu.mig_samples}
+        keys: List[KeyShare] = []
+        busy = 0.0
+        used = 0
+        for gi in gpu.mig.gpu_instances:
+            ms = instances.get(gi.id)
+            gi_used = _int(ms.memory_used_bytes) if ms is not None else None
+            used += gi_used or 0
+            procs = [p for p in gpu.processes if p.gpu_instance_id == gi.id]
+            if not procs:
+                continue
+            fraction = instance_fraction(gpu, gi)
+            busy += fraction
+            keys.extend(_key_shares(procs, _process_memory(procs, gi_used), fraction, None))
+        device_used = _int(sample.memory_used_bytes) if sample is not None else None
+        if device_used is None:
+            device_used = used or sum(_int(p.used_memory_bytes) or 0 for p in gpu.processes)
+        return GpuShare(min(1.0, busy), device_used, True, tuple(keys))
+    util = _num(sample.utilization_gpu_percent) if sample is not None else None
+    util_fraction = None if util is None else min(1.0, max(0.0, util / 100.0))
+    device_used = _int(sample.memory_used_bytes) if sample is not None else None
+    memories = _process_memory(gpu.processes, device_used)
+    if device_used is None:
+        device_used = sum(memories)
+    if gpu.processes:
+        keys = _key_shares(gpu.processes, memories, 1.0, util_fraction)
+        busy = 1.0 if util_fraction is None else util_fraction
+    else:
+        keys = []
+        busy = util_fraction or 0.0
+    return GpuShare(busy, device_used, False, tuple(keys))
+
+
+# ---- JSON ------------------------------------------------------------------------------------
+
+
+def user_to_json(u: UserUsage) -> Dict[str, Any]:
+    return {
+        "user": u.user,
+        "groups": list(u.groups),
+        "tenant": u.tenant,
+        "tenant_source": u.tenant_source,
+        "gpu_instance_id": u.gpu_instance_id,
+        "seconds": u.seconds,
+        "held": u.held,
+        "busy": u.busy,
+        "memory": u.memory,
+        "memory_max": u.memory_max,
+        "process_max": u.process_max,
+        "processes": u.processes,
+    }
+
+
+def gpu_to_json(g: GpuUsage) -> Dict[str, Any]:
+    return {
+        "index": g.index,
+        "uuid": g.uuid,
+        "name": g.name,
+        "memory_total": g.memory_total,
+        "owner": g.owner,
+        "mig": g.mig,
+        "seconds": g.seconds,
+        "busy": g.busy,
+        "memory": g.memory,
+        "memory_max": g.memory_max,
+        "users": [user_to_json(u) for u in g.users],
+    }
+
+
+def bucket_to_json(b: Bucket) -> Dict[str, Any]:
+    return {"start": b.start, "span": b.span, "gpus": [gpu_to_json(g) for g in b.gpus]}
+
+
+def history_to_json(h: History) -> Dict[str, Any]:
+    return {
+        "resolution": h.resolution,
+        "since": h.since,
+        "until": h.until,
+        "recording": h.recording,
+        "oldest": h.oldest,
+        "buckets": [bucket_to_json(b) for b in h.buckets],
+    }
+
+
+_MAX_INT = 2**63
+_MAX_TIME = 1e11  # seconds since 1970: year 5138
+
+
+def _obj(data: Any, path: str, keys: Tuple[str, ...]) -> Dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError("%s: expected an object" % path)
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise ValueError("%s: missing %r" % (path, missing[0]))
+    unknown = sorted(str(k) for k in data if k not in keys)
+    if unknown:
+        raise ValueError("%s: unknown key %r" % (path, unknown[0][:64]))
+    return data
+
+
+def _str(data: Any, path: str) -> str:
+    if not isinstance(data, str):
+        raise ValueError("%s: expected a string" % path)
+    return data
+
+
+def _opt_str(data: Any, path: str) -> Optional[str]:
+    return None if data is None else _str(data, path)
+
+
+def _bool(data: Any, path: str) -> bool:
+    if not isinstance(data, bool):
+        raise ValueError("%s: expected true or false" % path)
+    return data
+
+
+def _count(data: Any, path: str) -> int:
+    if not isinstance(data, int) or isinstance(data, bool) or not 0 <= data < _MAX_INT:
+        raise ValueError("%s: expected a whole number >= 0" % path)
+    return int(data)
+
+
+def _amount(data: Any, path: str) -> float:
+    if isinstance(data, bool) or not isinstance(data, (int, float)):
+        raise ValueError("%s: expected a number" % path)
+    value = float(data)
+    if not (math.isfinite(value) and value >= 0.0):
+        raise ValueError("%s: expected a finite number >= 0" % path)
+    return value
+
+
+def _time(data: Any, path: str) -> float:
+    value = _amount(data, path)
+    if value > _MAX_TIME:
+        raise ValueError("%s: not a time (seconds since 1970)" % path)
+    return value
+
+
+def _list(data: Any, path: str) -> List[Any]:
+    if not isinstance(data, list):
+        raise ValueError("%s: expected a list" % path)
+    return data
+
+
+_USER_KEYS = (
+    "user",
+    "groups",
+    "tenant",
+    "tenant_source",
+    "gpu_instance_id",
+    "seconds",
+    "held",
+    "busy",
+    "memory",
+    "memory_max",
+    "process_max",
+    "processes",
+)
+_GPU_KEYS = (
+    "index",
+    "uuid",
+    "name",
+    "memory_total",
+    "owner",
+    "mig",
+    "seconds",
+    "busy",
+    "memory",
+    "memory_max",
+    "users",
+)
+
+
+def user_from_json(data: Any, path: str = "UserUsage") -> UserUsage:
+    d = _obj(data, path, _USER_KEYS)
+    groups = tuple(
+        _str(g, "%s.groups[%d]" % (path, n)) for n, g in enumerate(_list(d["groups"], path + ".groups"))
+    )
+    gi = d["gpu_instance_id"]
+    return UserUsage(
+        user=_str(d["user"], path + ".user"),
+        groups=groups,
+        tenant=_opt_str(d["tenant"], path + ".tenant"),
+        tenant_source=_str(d["tenant_source"], path + ".tenant_source"),
+        gpu_instance_id=None if gi is None else _count(gi, path + ".gpu_instance_id"),
+        seconds=_amount(d["seconds"], path + ".seconds"),
+        held=_amount(d["held"], path + ".held"),
+        busy=_amount(d["busy"], path + ".busy"),
+        memory=_amount(d["memory"], path + ".memory"),
+        memory_max=_count(d["memory_max"], path + ".memory_max"),
+        process_max=_count(d["process_max"], path + ".process_max"),
+        processes=_count(d["processes"], path + ".processes"),
+    )
+
+
+def gpu_from_json(data: Any, path: str = "GpuUsage") -> GpuUsage:
+    d = _obj(data, path, _GPU_KEYS)
+    users = []
+    seen = set()
+    for n, item in enumerate(_list(d["users"], path + ".users")):
+        u = user_from_json(item, "%s.users[%d]" % (path, n))
+        key = (u.user, u.groups, u.tenant, u.tenant_source, u.gpu_instance_id)
+        if key in seen:
+            raise ValueError("%s.users[%d]: the same key twice" % (path, n))
+        seen.add(key)
+        users.append(u)
+    return GpuUsage(
+        index=_count(d["index"], path + ".index"),
+        uuid=_str(d["uuid"], path + ".uuid"),
+        name=_str(d["name"], path + ".name"),
+        memory_total=_count(d["memory_total"], path + ".memory_total"),
+        owner=_opt_str(d["owner"], path + ".owner"),
+        mig=_bool(d["mig"], path + ".mig"),
+        seconds=_amount(d["seconds"], path + ".seconds"),
+        busy=_amount(d["busy"], path + ".busy"),
+        memory=_amount(d["memory"], path + ".memory"),
+        memory_max=_count(d["memory_max"], path + ".memory_max"),
+        users=tuple(users),
+    )
+
+
+def bucket_from_json(data: Any, path: str = "Bucket") -> Bucket:
+    d = _obj(data, path, ("start", "span", "gpus"))
+    span = _amount(d["span"], path + ".span")
+    if span not in (MINUTE, HOUR):
+        raise ValueError("%s.span: expected 60 or 3600" % path)
+    start = _time(d["start"], path + ".start")
+    if math.fmod(start, span) != 0.0:
+        raise ValueError("%s.start: not a multiple of the span" % path)
+    gpus = []
+    indices = set()
+    for n, item in enumerate(_list(d["gpus"], path + ".gpus")):
+        g = gpu_from_json(item, "%s.gpus[%d]" % (path, n))
+        if g.index in indices:
+            raise ValueError("%s.gpus[%d].index: GPU %d twice" % (path, n, g.index))
+        indices.add(g.index)
+        gpus.append(g)
+    return Bucket(start=start, span=span, gpus=tuple(gpus))
+
+
+def history_from_json(data: Any) -> History:
+    """Rebuild a History, checking every field; raises ValueError("path: what is wrong")."""
+    path = "History"
+    d = _obj(data, path, ("resolution", "since", "until", "recording", "oldest", "buckets"))
+    resolution = d["resolution"]
+    if resolution not in RESOLUTIONS:
+        raise ValueError("%s.resolution: expected 'minute' or 'hour'" % path)
+    span = RESOLUTIONS[resolution]
+    since = _time(d["since"], path + ".since")
+    until = _time(d["until"], path + ".until")
+    if until < since:
+        raise ValueError("%s.until: before since" % path)
+    oldest = None if d["oldest"] is None else _time(d["oldest"], path + ".oldest")
+    buckets: List[Bucket] = []
+    for n, item in enumerate(_list(d["buckets"], path + ".buckets")):
+        at = "%s.buckets[%d]" % (path, n)
+        b = bucket_from_json(item, at)
+        if b.span != span:
+            raise ValueError("%s.span: %g in a %s history" % (at, b.span, resolution))
+        if buckets and b.start <= buckets[-1].start:
+            raise ValueError("%s.start: buckets must be ordered by start, each once" % at)
+        buckets.append(b)
+    return History(
+        resolution=str(resolution),
+        since=since,
+        until=until,
+        recording=_bool(d["recording"], path + ".recording"),
+        oldest=oldest,
+        buckets=tuple(buckets),
+    )
