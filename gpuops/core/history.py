@@ -445,7 +445,7 @@ def history_from_json(data: Any) -> History:
     path = "History"
     d = _obj(data, path, ("resolution", "since", "until", "recording", "oldest", "buckets"))
     resolution = d["resolution"]
-    if resolution not in RESOLUTIONS:
+    if not isinstance(resolution, str) or resolution not in RESOLUTIONS:
         raise ValueError("%s.resolution: expected 'minute' or 'hour'" % path)
     span = RESOLUTIONS[resolution]
     since = _time(d["since"], path + ".since")
@@ -458,7 +458,7 @@ def history_from_json(data: Any) -> History:
         at = "%s.buckets[%d]" % (path, n)
         b = bucket_from_json(item, at)
         if b.span != span:
-            raise ValueError("%s.span: %g in a %s history" % (at, b.span, resolution))
+            raise ValueError("%s.span: %g in a history of %s buckets" % (at, b.span, resolution))
         if buckets and b.start <= buckets[-1].start:
             raise ValueError("%s.start: buckets must be ordered by start, each once" % at)
         buckets.append(b)

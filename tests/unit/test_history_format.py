@@ -1,0 +1,236 @@
+"""The history format (gpuops/core/history.py): JSON both ways, strict decoding, per-sample shares."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuops.core.history import (
+    HOUR,
+    MINUTE,
+    Bucket,
+    GpuUsage,
+    History,
+    UserUsage,
+    gpu_shares,
+    history_from_json,
+    history_to_json,
+)
+from gpuops.core.model import Gpu, GpuInfo, GpuInstance, GpuProcess, GpuSample, MigState, NotAvailable
+
+T0 = 1_767_225_600.0  # 2026-01-01 00:00 UTC
+
+
+def _user(name: str = "alice", gi: int | None = None) -> UserUsage:
+    return UserUsage(
+        name, ("vision", "users"), "vision", "limiter", gi, 3600.0, 2700.0, 2160.0, 1e14, 32, 16, 2
+    )
+
+
+def _history() -> History:
+    gpu = GpuUsage(
+        0,
+        "GPU-1",
+        "NVIDIA A100",
+        80 << 30,
+        "vision",
+        False,
+        3600.0,
+        2880.0,
+        1.5e14,
+        40 << 30,
+        (_user(), _user("bob")),
+    )
+    mig = GpuUsage(1, "GPU-2", "NVIDIA H100", 0, None, True, 1800.0, 771.4, 0.0, 0, (_user("carol", 1),))
+    return History(
+        "hour",
+        T0,
+        T0 + 2 * HOUR,
+        True,
+        T0 - 30 * 86400,
+        (Bucket(T0, HOUR, (gpu, mig)), Bucket(T0 + HOUR, HOUR, ())),
+    )
+
+
+def test_round_trip_through_json_text() -> None:
+    h = _history()
+    assert history_from_json(json.loads(json.dumps(history_to_json(h)))) == h
+    empty = History("minute", T0, T0, False, None, ())
+    assert history_from_json(history_to_json(empty)) == empty
+
+
+def _mutate(data: Any, path: tuple[Any, ...], value: Any) -> Any:
+    data = json.loads(json.dumps(data))
+    target = data
+    for part in path[:-1]:
+        target = target[part]
+    if value is _DELETE:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return data
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("resolution",), "day", "History.resolution: expected 'minute' or 'hour'"),
+        (("since",), "x", "History.since: expected a number"),
+        (("until",), T0 - 1, "History.until: before since"),
+        (("recording",), 1, "History.recording: expected true or false"),
+        (("oldest",), -5, "History.oldest: expected a finite number >= 0"),
+        (("buckets",), {}, "History.buckets: expected a list"),
+        (("buckets", 0, "span"), 60.0, "History.buckets[0].span: 60 in a history of hour buckets"),
+        (
+            ("buckets", 1, "start"),
+            T0,
+            "History.buckets[1].start: buckets must be ordered by start, each once",
+        ),
+        (("buckets", 0, "start"), T0 + 1, "History.buckets[0].start: not a multiple of the span"),
+        (
+            ("buckets", 0, "gpus", 0, "users", 1, "held"),
+            float("inf"),
+            "History.buckets[0].gpus[0].users[1].held",
+        ),
+        (("buckets", 0, "gpus", 0, "users", 1, "user"), "alice", "users[1]: the same key twice"),
+        (("buckets", 0, "gpus", 1, "index"), 0, "History.buckets[0].gpus[1].index: GPU 0 twice"),
+        (("buckets", 0, "gpus", 0, "users", 0, "groups", 1), 7, "users[0].groups[1]: expected a string"),
+        (
+            ("buckets", 0, "gpus", 0, "users", 0, "processes"),
+            1.5,
+            "users[0].processes: expected a whole number",
+        ),
+        (("buckets", 0, "gpus", 0, "memory_max"), True, "gpus[0].memory_max: expected a whole number"),
+        (("buckets", 0, "gpus", 0, "mig"), None, "gpus[0].mig: expected true or false"),
+        (("buckets", 0, "gpus", 0, "seconds"), _DELETE, "History.buckets[0].gpus[0]: missing 'seconds'"),
+        (("buckets", 0, "gpus", 0, "extra"), 1, "History.buckets[0].gpus[0]: unknown key 'extra'"),
+    ],
+)
+def test_malformed_fields_are_located(path: tuple[Any, ...], value: Any, message: str) -> None:
+    data = _mutate(history_to_json(_history()), path, value)
+    with pytest.raises(ValueError) as info:
+        history_from_json(data)
+    assert message in str(info.value)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=6),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_anything_decodes_or_is_a_value_error(data: Any) -> None:
+    with contextlib.suppress(ValueError):
+        history_from_json(data)
+
+
+_keys = st.sampled_from(
+    [
+        ("resolution",),
+        ("since",),
+        ("until",),
+        ("oldest",),
+        ("recording",),
+        ("buckets", 0, "start"),
+        ("buckets", 0, "span"),
+        ("buckets", 0, "gpus"),
+        ("buckets", 0, "gpus", 0, "uuid"),
+        ("buckets", 0, "gpus", 0, "owner"),
+        ("buckets", 0, "gpus", 0, "busy"),
+        ("buckets", 0, "gpus", 1, "users"),
+        ("buckets", 0, "gpus", 0, "users", 0),
+        ("buckets", 0, "gpus", 0, "users", 0, "tenant"),
+        ("buckets", 0, "gpus", 0, "users", 0, "gpu_instance_id"),
+        ("buckets", 0, "gpus", 0, "users", 1, "groups"),
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_keys, _json)
+def test_any_field_replaced_decodes_or_is_a_located_value_error(path: tuple[Any, ...], value: Any) -> None:
+    data = _mutate(history_to_json(_history()), path, value)
+    try:
+        history_from_json(data)
+    except ValueError as exc:
+        assert str(exc).startswith("History")
+
+
+# ---- shares of one sample ------------------------------------------------------------------------
+
+GIB = 1 << 30
+
+
+def _sample(util: object, used: int) -> GpuSample:
+    na = NotAvailable("NOT_SUPPORTED")
+    return GpuSample(T0, util, na, used, 80 * GIB, na, na, na, na)  # type: ignore[arg-type]
+
+
+def _info(mig_model: str | None = None) -> GpuInfo:
+    return GpuInfo(0, "GPU-0", "NVIDIA A100-SXM4-80GB", "0000:01:00.0", 0x20B210DE, 80 * GIB, True, mig_model)
+
+
+def test_shares_by_memory_on_a_whole_gpu() -> None:
+    gpu = Gpu(
+        info=_info(),
+        sample=_sample(80.0, 40 * GIB),
+        processes=(
+            GpuProcess(1, 30 * GIB, user="alice", groups=("vision",)),
+            GpuProcess(2, 10 * GIB, user="bob"),
+        ),
+    )
+    share = gpu_shares(gpu)
+    assert share.busy == pytest.approx(0.8) and share.memory == 40 * GIB and not share.mig
+    by_user = {k.key[0]: k for k in share.keys}
+    assert by_user["alice"].weight == pytest.approx(0.75) and by_user["alice"].busy == pytest.approx(0.6)
+    assert by_user["bob"].weight == pytest.approx(0.25) and by_user["bob"].busy == pytest.approx(0.2)
+
+
+def test_no_memory_shares_equally_and_no_utilization_counts_busy() -> None:
+    gpu = Gpu(
+        info=_info(),
+        sample=_sample(NotAvailable("NOT_SUPPORTED"), 0),
+        processes=(GpuProcess(1, 0, user="a"), GpuProcess(2, 0, user="b"), GpuProcess(3, 0, user="b")),
+    )
+    share = gpu_shares(gpu)
+    assert share.busy == 1.0
+    by_user = {k.key[0]: k for k in share.keys}
+    assert by_user["a"].weight == pytest.approx(0.5) and by_user["b"].processes == 2
+    idle = gpu_shares(Gpu(info=_info(), sample=_sample(NotAvailable("NOT_SUPPORTED"), 0)))
+    assert idle.busy == 0.0 and idle.keys == ()
+
+
+def test_mig_instances_are_their_fraction_of_the_gpu() -> None:
+    gis = (
+        GpuInstance(1, 9, "3g.40gb", 0, 4, 40 * GIB, 42),
+        GpuInstance(9, 19, "1g.10gb", 6, 1, 10 * GIB, 14),
+        GpuInstance(10, 19, "1g.10gb", 7, 1, 10 * GIB, 14),  # empty
+    )
+    gpu = Gpu(
+        info=_info("A100-80GB"),
+        mig=MigState(True, True, gis),
+        sample=_sample(NotAvailable("NOT_SUPPORTED"), 26 * GIB),
+        processes=(
+            GpuProcess(1, 15 * GIB, user="carol", gpu_instance_id=1),
+            GpuProcess(2, 5 * GIB, user="dave", gpu_instance_id=1),
+            GpuProcess(3, 6 * GIB, user="erin", gpu_instance_id=9),
+        ),
+    )
+    share = gpu_shares(gpu)
+    assert share.mig and share.busy == pytest.approx(4 / 7)
+    by_user = {k.key[0]: k for k in share.keys}
+    assert by_user["carol"].weight == pytest.approx(3 / 7 * 0.75) == by_user["carol"].busy
+    assert by_user["dave"].weight == pytest.approx(3 / 7 * 0.25)
+    assert by_user["erin"].weight == pytest.approx(1 / 7) and by_user["erin"].key[4] == 9
+    assert MINUTE == 60.0
