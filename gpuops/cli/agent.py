@@ -29,15 +29,41 @@ def register(app: typer.Typer) -> None:
         mps_control: Path | None = typer.Option(
             None, "--mps-control", help="nvidia-cuda-mps-control to run (default: the one on PATH)."
         ),
+        record: bool = typer.Option(
+            False, "--record", help="Service mode: sample forever and keep history in --history-dir."
+        ),
+        history_dir: Path | None = typer.Option(
+            None,
+            "--history-dir",
+            help="History kept by --record and served by --stdio (default: <state dir>/history).",
+        ),
+        record_interval: float = typer.Option(
+            10.0, "--record-interval", help="Seconds between samples with --record."
+        ),
     ) -> None:
         """Serve the node agent protocol (used by the fleet over SSH, or by hand for debugging)."""
         from gpuops.node.main import run_agent
 
-        if not stdio:
-            fail("the agent only speaks over stdin/stdout for now: add --stdio", code=2)
+        if stdio and record:
+            fail("give one of --stdio (serve the protocol) or --record (keep history), not both", code=2)
+        if not stdio and not record:
+            fail("the agent speaks over stdin/stdout (--stdio) or keeps history (--record): add one", code=2)
         if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             fail(f"--log-level must be DEBUG, INFO, WARNING or ERROR, not {log_level!r}", code=2)
         spec = str(sim_spec) if sim_spec else None
+        if record:
+            from gpuops.node.main import record as record_history
+
+            raise typer.Exit(
+                record_history(
+                    backend,
+                    spec,
+                    log_level.upper(),
+                    str(state_dir) if state_dir else None,
+                    str(history_dir) if history_dir else None,
+                    record_interval,
+                )
+            )
         raise typer.Exit(
             run_agent(
                 backend,
@@ -46,5 +72,6 @@ def register(app: typer.Typer) -> None:
                 str(state_dir) if state_dir else None,
                 str(limiter_dir) if limiter_dir else None,
                 str(mps_control) if mps_control else None,
+                str(history_dir) if history_dir else None,
             )
         )

@@ -32,7 +32,18 @@ MAX_REQUEST_BYTES = 64 * 1024
 # Replies carry whole nodes (hundreds of processes on an 8-GPU box fit easily).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 
-OPS = ("hello", "inventory", "sample", "watch", "cancel", "mig_apply", "config", "mps_apply", "limiter_apply")
+OPS = (
+    "hello",
+    "inventory",
+    "sample",
+    "watch",
+    "cancel",
+    "mig_apply",
+    "config",
+    "mps_apply",
+    "limiter_apply",
+    "history",
+)
 MAX_CHANGES = 64  # GPUs changed by one mig_apply request, devices by one mps_apply request
 MAX_TENANTS = 64  # tenants of one MPS device, lines of the limiter table
 MAX_USERS = 64  # users of one MPS tenant
@@ -442,6 +453,37 @@ def limiter_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[LimiterTenant, ...],
         raise ValueError("'expect_generation' must be a table generation (an integer >= 0), or null")
     _force, holder = _force_holder({"holder": args.get("holder", "")})
     return out, expect, holder
+
+
+# ---- history (core/history.py, node/history.py) ---------------------------------------------
+
+HISTORY_DEFAULT_SPAN = {"hour": 7 * 86400.0, "minute": 7200.0}  # seconds before `until`
+_MAX_TIME = 1e11  # seconds since 1970: year 5138
+
+
+def history_args(args: Dict[str, Any]) -> Tuple[str, Optional[float], Optional[float]]:
+    """Validate a history request: resolution ("hour" or "minute", default hour), since and
+    until (seconds since 1970; None: the agent's defaults, until = now and since = until - 7
+    days for hours, 2 hours for minutes)."""
+    _unknown("", args, ("resolution", "since", "until"))
+    resolution = args.get("resolution", "hour")
+    if not isinstance(resolution, str) or resolution not in HISTORY_DEFAULT_SPAN:
+        raise ValueError("'resolution' must be 'hour' or 'minute'")
+    out: List[Optional[float]] = []
+    for name in ("since", "until"):
+        value = args.get(name)
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or not 0 <= value <= _MAX_TIME
+        ):
+            raise ValueError("'%s' must be a time in seconds since 1970, or null" % name)
+        out.append(None if value is None else float(value))
+    since, until = out
+    if since is not None and until is not None and since > until:
+        raise ValueError("'since' must not be after 'until'")
+    return str(resolution), since, until
 
 
 def hello_versions(args: Dict[str, Any]) -> int:

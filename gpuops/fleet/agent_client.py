@@ -19,6 +19,7 @@ from typing import Any
 
 from gpuops.core import protocol as proto
 from gpuops.core.codec import DecodeError, from_delta, from_json
+from gpuops.core.history import History, history_from_json
 from gpuops.core.model import Node, NodeSample
 from gpuops.node.agent import READ_CHUNK, ByteReader, ByteWriter, LineSplitter
 
@@ -246,6 +247,24 @@ class AgentClient:
         if not isinstance(result, dict) or not isinstance(result.get("results"), list):
             raise AgentError(proto.INVALID_REQUEST, f"{self.name}: malformed mig_apply reply")
         return result
+
+    async def history(
+        self, resolution: str = "hour", since: float | None = None, until: float | None = None
+    ) -> History:
+        """The node's recorded minute or hour buckets overlapping [since, until) (node/history.py;
+        None: until now, since 7 days (hours) or 2 hours (minutes) before `until`)."""
+        args: dict[str, Any] = {"resolution": resolution}
+        if since is not None:
+            args["since"] = since
+        if until is not None:
+            args["until"] = until
+        result = await self.request("history", args)
+        try:
+            return history_from_json(result)
+        except ValueError as exc:
+            raise AgentError(
+                proto.INVALID_REQUEST, f"{self.name}: agent sent an invalid history: {exc}"
+            ) from None
 
     def _decode(self, cls: Any, data: Any) -> Any:
         try:

@@ -133,12 +133,16 @@ class Agent:
         state_dir: Optional[str] = None,
         limiter_dir: Optional[str] = None,
         mps_control: Optional[str] = None,
+        history_dir: Optional[str] = None,
+        before_history: Optional[Callable[[], Awaitable[None]]] = None,
     ) -> None:
         """`inline=True` calls the backend on the event loop thread: only for backends that never
         block (the simulator), so that one process can serve a thousand simulated nodes without
         a thousand threads. `limiter_dir`: where the limiter's tenant table lives (default
         node/limiter.DEFAULT_DIR). `mps_control`: the `nvidia-cuda-mps-control` to run, for any
-        backend (default: the backend's own MPS control)."""
+        backend (default: the backend's own MPS control). `history_dir`: what the `history`
+        request reads (default `<state_dir>/history`, node/history.py); `before_history` is
+        awaited before each read (the simulator fills in a node's past there)."""
         self.backend = backend
         self.backend_name = backend_name
         self.unavailable_reason = unavailable_reason
@@ -154,6 +158,8 @@ class Agent:
             limiter_dir = DEFAULT_DIR
         self.limiter_dir = limiter_dir
         self.mps_binary = mps_control
+        self.history_dir = history_dir or os.path.join(state_dir, "history")
+        self.before_history = before_history
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         if not inline:
             self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpuops-backend")
@@ -516,6 +522,27 @@ class Agent:
             return {"generation": written, "changed": True, "directory": self.limiter_dir}
         finally:
             NodeState.unlock(lock)
+
+    async def _op_history(self, request: proto.Request) -> None:
+        """Minute or hour buckets recorded on this node (node/history.py), bounded in size."""
+        import time
+
+        from gpuops.core.history import history_to_json
+        from gpuops.node.history import read_history
+
+        resolution, since, until = proto.history_args(request.args)
+        if until is None:
+            until = time.time()
+        if since is None:
+            since = max(0.0, until - proto.HISTORY_DEFAULT_SPAN[resolution])
+        if self.before_history is not None:
+            await self.before_history()
+        directory = self.history_dir
+        budget = proto.MAX_REPLY_BYTES - 64 * 1024
+        history = await asyncio.get_event_loop().run_in_executor(
+            None, lambda: read_history(directory, resolution, since, until, max_bytes=budget)
+        )
+        await self._send(proto.reply(request.id, history_to_json(history)))
 
     async def _op_cancel(self, request: proto.Request) -> None:
         unknown = sorted(set(request.args) - {"id"})

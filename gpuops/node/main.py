@@ -26,6 +26,7 @@ def run_agent(
     state_dir: Optional[str] = None,
     limiter_dir: Optional[str] = None,
     mps_control: Optional[str] = None,
+    history_dir: Optional[str] = None,
 ) -> int:
     """Serve the agent protocol on stdin/stdout until EOF; returns the exit code."""
     from gpuops.node.mig_apply import recover_at_start
@@ -38,7 +39,13 @@ def run_agent(
     sys.stdout = sys.stderr
     backend, reason = open_backend(backend_name, sim_spec)
     agent = Agent(
-        backend, backend_name, reason, state_dir=state_dir, limiter_dir=limiter_dir, mps_control=mps_control
+        backend,
+        backend_name,
+        reason,
+        state_dir=state_dir,
+        limiter_dir=limiter_dir,
+        mps_control=mps_control,
+        history_dir=history_dir,
     )
     if backend is not None:
         for note in recover_at_start(backend, agent.state_dir):
@@ -65,7 +72,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuops-node", description="gpuops node side")
     sub = parser.add_subparsers(dest="command")
     agent = sub.add_parser("agent", help="serve the agent protocol")
-    agent.add_argument("--stdio", action="store_true", required=True, help="talk JSON lines on stdin/stdout")
+    agent.add_argument("--stdio", action="store_true", help="talk JSON lines on stdin/stdout")
+    agent.add_argument(
+        "--record",
+        action="store_true",
+        help="service mode: sample the backend forever and keep history in --history-dir",
+    )
+    agent.add_argument(
+        "--history-dir",
+        default=None,
+        metavar="DIR",
+        help="history kept by --record and served by --stdio (default: <state dir>/history)",
+    )
+    agent.add_argument(
+        "--record-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between samples with --record (default: 10)",
+    )
     agent.add_argument("--backend", default="nvml", help="nvml (default) or sim")
     agent.add_argument("--sim-spec", default=None, help="simulator spec (JSON) for --backend sim")
     agent.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -88,6 +113,43 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command != "agent":
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if args.stdio == args.record:
+        agent.error("give one of --stdio (serve the protocol) or --record (keep history)")
+    if args.record:
+        return record(
+            args.backend,
+            args.sim_spec,
+            args.log_level,
+            args.state_dir,
+            args.history_dir,
+            args.record_interval,
+        )
     return run_agent(
-        args.backend, args.sim_spec, args.log_level, args.state_dir, args.limiter_dir, args.mps_control
+        args.backend,
+        args.sim_spec,
+        args.log_level,
+        args.state_dir,
+        args.limiter_dir,
+        args.mps_control,
+        args.history_dir,
     )
+
+
+def record(
+    backend_name: str = "nvml",
+    sim_spec: Optional[str] = None,
+    log_level: str = "WARNING",
+    state_dir: Optional[str] = None,
+    history_dir: Optional[str] = None,
+    interval: float = 10.0,
+) -> int:
+    """Service mode (`agent --record`): keep history until SIGTERM; returns the exit code."""
+    from gpuops.node.history import run_recorder
+
+    if history_dir is None:
+        if state_dir is None:
+            from gpuops.node.state import default_state_dir
+
+            state_dir = default_state_dir()
+        history_dir = os.path.join(state_dir, "history")
+    return run_recorder(backend_name, sim_spec, history_dir, interval, log_level)

@@ -1,0 +1,426 @@
+"""The node's history (gpuops/node/history.py): recorder figures worked out by hand, bounds,
+files that are garbage, retention, a recorder killed mid-run, the service mode and the agent's
+`history` request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuops.core import protocol as proto
+from gpuops.core.history import HOUR, MINUTE, OTHER_USER, history_from_json
+from gpuops.core.model import (
+    Gpu,
+    GpuInfo,
+    GpuInstance,
+    GpuProcess,
+    GpuSample,
+    MigState,
+    NodeSample,
+    NotAvailable,
+)
+from gpuops.node.agent import Agent
+from gpuops.node.history import (
+    MINUTES_FILE,
+    Recorder,
+    day_of,
+    hours_file,
+    read_file,
+    read_history,
+)
+from tests.agent_helpers import REPO
+
+GIB = 1 << 30
+T0 = 1_767_225_600.0  # 2026-01-01 00:00 UTC
+NA = NotAvailable("NOT_SUPPORTED")
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _info(index: int = 0, mig_model: str | None = None) -> GpuInfo:
+    return GpuInfo(
+        index, f"GPU-{index}", "NVIDIA A100-SXM4-80GB", "0000:01:00.0", 0x20B210DE, 80 * GIB, True, mig_model
+    )
+
+
+def _gpu(t: float, util: object, used: int, processes: tuple[GpuProcess, ...], index: int = 0) -> Gpu:
+    sample = GpuSample(t, util, NA, used, 80 * GIB, NA, NA, NA, NA)  # type: ignore[arg-type]
+    return Gpu(info=_info(index), sample=sample, processes=processes, owner="vision")
+
+
+def _two_users(t: float) -> NodeSample:
+    procs = (
+        GpuProcess(11, 30 * GIB, user="alice", groups=("vision",)),
+        GpuProcess(12, 10 * GIB, user="bob", groups=("speech",), tenant="speech", tenant_source="limiter"),
+    )
+    return NodeSample("n1", t, (_gpu(t, 80.0, 40 * GIB, procs), _gpu(t, 0.0, 0, (), index=1)))
+
+
+def test_two_users_on_one_gpu_by_hand(tmp_path: Path) -> None:
+    clock = Clock(T0 + 600)
+    rec = Recorder(str(tmp_path), interval=10, clock=clock)
+    # Samples every 10 s from 00:09:40 to 00:10:20: the first counts nothing (no previous
+    # sample), the next four count 10 s each; the minute boundary at 00:10 splits them.
+    for i in range(5):
+        rec.add(_two_users(T0 + 580 + 10 * i))
+    rec.close()
+    (hour,) = read_history(str(tmp_path), "hour", T0, T0 + HOUR, now=clock.t).buckets
+    assert hour.start == T0 and hour.span == HOUR
+    g0, g1 = hour.gpus
+    assert (g0.index, g0.uuid, g0.name, g0.owner, g0.mig) == (
+        0,
+        "GPU-0",
+        "NVIDIA A100-SXM4-80GB",
+        "vision",
+        False,
+    )
+    assert g0.memory_total == 80 * GIB
+    assert g0.seconds == 40.0 and g0.busy == pytest.approx(0.8 * 40)
+    assert g0.memory == 40 * GIB * 40.0 and g0.memory_max == 40 * GIB
+    alice, bob = g0.users
+    assert (alice.user, alice.groups, alice.tenant, alice.tenant_source, alice.gpu_instance_id) == (
+        "alice",
+        ("vision",),
+        None,
+        "",
+        None,
+    )
+    # alice holds 30 of the 40 GiB: three quarters of the GPU, and of its busy time
+    assert alice.seconds == 40.0 and alice.held == pytest.approx(30.0) and alice.busy == pytest.approx(24.0)
+    assert alice.memory == 30 * GIB * 40.0 and alice.memory_max == alice.process_max == 30 * GIB
+    assert alice.processes == 1
+    assert (bob.user, bob.tenant, bob.tenant_source) == ("bob", "speech", "limiter")
+    assert bob.held == pytest.approx(10.0) and bob.busy == pytest.approx(8.0)
+    assert g1.seconds == 40.0 and g1.busy == 0.0 and g1.users == ()
+    minutes = read_history(str(tmp_path), "minute", T0, T0 + HOUR, now=clock.t).buckets
+    assert [(b.start, b.gpus[0].seconds, b.gpus[0].users[0].held) for b in minutes] == [
+        (T0 + 540, 20.0, 15.0),
+        (T0 + 600, 20.0, 15.0),
+    ]
+
+
+def test_gaps_and_hour_boundaries(tmp_path: Path) -> None:
+    clock = Clock(T0 + 2 * HOUR)
+    rec = Recorder(str(tmp_path), interval=10, clock=clock)
+    for t in (T0 + HOUR - 15, T0 + HOUR - 5, T0 + HOUR + 5, T0 + HOUR + 100, T0 + HOUR + 110):
+        rec.add(_two_users(t))
+    rec.close()
+    h = read_history(str(tmp_path), "hour", T0, T0 + 2 * HOUR, now=clock.t)
+    # 10 s before 01:00, 5 + 5 around it, the 95 s gap (more than 2 intervals) not counted, 10 s
+    assert [(b.start, b.gpus[0].seconds) for b in h.buckets] == [(T0, 15.0), (T0 + HOUR, 15.0)]
+    assert h.oldest == T0 and h.recording is False  # written "now" by the file's clock, not the test's
+    assert (
+        read_history(str(tmp_path), "hour", T0 + HOUR, T0 + 2 * HOUR, now=clock.t).buckets[0].start
+        == T0 + HOUR
+    )
+
+
+def test_mig_instances_by_hand(tmp_path: Path) -> None:
+    gis = (
+        GpuInstance(1, 9, "3g.40gb", 0, 4, 40 * GIB, 42),
+        GpuInstance(9, 19, "1g.10gb", 6, 1, 10 * GIB, 14),
+        GpuInstance(10, 19, "1g.10gb", 7, 1, 10 * GIB, 14),
+    )
+
+    def sample(t: float) -> NodeSample:
+        gpu = Gpu(
+            info=_info(0, "A100-80GB"),
+            mig=MigState(True, True, gis),
+            sample=GpuSample(t, NA, NA, 26 * GIB, 80 * GIB, NA, NA, NA, NA),
+            processes=(
+                GpuProcess(1, 15 * GIB, user="carol", gpu_instance_id=1, compute_instance_id=0),
+                GpuProcess(2, 5 * GIB, user="carol", gpu_instance_id=1, compute_instance_id=0),
+                GpuProcess(3, 6 * GIB, user="erin", gpu_instance_id=9, compute_instance_id=0),
+            ),
+        )
+        return NodeSample("n1", t, (gpu,))
+
+    rec = Recorder(str(tmp_path), interval=10, clock=Clock(T0 + 60))
+    for i in range(8):  # 70 s counted
+        rec.add(sample(T0 + 10 * i))
+    rec.close()
+    (b,) = read_history(str(tmp_path), "hour", T0, T0 + HOUR, now=T0).buckets
+    (g,) = b.gpus
+    assert g.mig and g.seconds == 70.0 and g.busy == pytest.approx(70 * 4 / 7)
+    carol, erin = g.users
+    assert (carol.user, carol.gpu_instance_id, erin.gpu_instance_id) == ("carol", 1, 9)
+    assert carol.held == pytest.approx(30.0) and carol.busy == carol.held  # 3/7 of the GPU
+    assert carol.processes == 2 and carol.memory_max == 20 * GIB and carol.process_max == 15 * GIB
+    assert erin.held == pytest.approx(10.0) and erin.busy == erin.held  # 1/7
+
+
+def test_at_most_64_keys_per_gpu_and_bucket(tmp_path: Path) -> None:
+    def sample(t: float) -> NodeSample:
+        procs = tuple(GpuProcess(100 + u, GIB, user=f"u{u:03d}") for u in range(100))
+        return NodeSample("n1", t, (_gpu(t, 100.0, 100 * GIB, procs),))
+
+    rec = Recorder(str(tmp_path), interval=10, clock=Clock(T0))
+    rec.add(sample(T0))
+    rec.add(sample(T0 + 10))
+    rec.close()
+    (b,) = read_history(str(tmp_path), "hour", T0, T0 + HOUR, now=T0).buckets
+    users = b.gpus[0].users
+    assert len(users) == 64
+    other = users[-1]
+    assert other.user == OTHER_USER and other.groups == () and other.tenant is None
+    assert other.processes == 37 and other.seconds == 10.0
+    assert other.held == pytest.approx(3.7) and sum(u.held for u in users) == pytest.approx(10.0)
+    assert other.memory_max == 37 * GIB and other.process_max == GIB
+
+
+def test_garbage_files_are_skipped_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rec = Recorder(str(tmp_path), interval=10, clock=Clock(T0 + 120))
+    for i in range(6):
+        rec.add(_two_users(T0 + 10 * i))
+    rec.close()
+    (tmp_path / hours_file("20251231")).write_bytes(b"\x00garbage{")
+    (tmp_path / hours_file("20251230")).write_text(json.dumps({"format": "gpuops-history", "version": 1}))
+    (tmp_path / hours_file("20251229")).write_text("[" * 100000)
+    caplog.set_level(logging.ERROR, logger="gpuops.history")
+    h = read_history(str(tmp_path), "hour", T0 - 5 * 86400, T0 + HOUR, now=T0)
+    assert [b.start for b in h.buckets] == [T0] and h.oldest == T0
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "20251231.json: not JSON" in logged and "20251230.json: holds None buckets" in logged
+    assert "20251229.json" in logged
+    # minutes.json garbage: the reader skips it; a new recorder moves it aside and starts over
+    (tmp_path / MINUTES_FILE).write_text(
+        '{"format": "gpuops-history", "version": 1, "resolution": "minute", "buckets": [1]}'
+    )
+    assert read_history(str(tmp_path), "minute", T0, T0 + HOUR, now=T0).buckets == ()
+    caplog.clear()
+    rec = Recorder(str(tmp_path), interval=10, clock=Clock(T0 + 120))
+    assert "buckets[0]: expected an object" in caplog.text
+    assert (tmp_path / (MINUTES_FILE + ".corrupt")).exists()
+    rec.add(_two_users(T0 + 100))
+    rec.add(_two_users(T0 + 110))
+    rec.close()
+    assert len(read_file(str(tmp_path / MINUTES_FILE), "minute")) == 1
+
+
+def test_a_restart_goes_on_with_the_hour(tmp_path: Path) -> None:
+    clock = Clock(T0 + 200)
+    rec = Recorder(str(tmp_path), interval=10, clock=clock)
+    for i in range(4):
+        rec.add(_two_users(T0 + 10 * i))
+    rec.close()
+    rec = Recorder(str(tmp_path), interval=10, clock=clock)
+    for i in range(4):  # the first sample after a restart counts nothing
+        rec.add(_two_users(T0 + 100 + 10 * i))
+    rec.close()
+    (b,) = read_history(str(tmp_path), "hour", T0, T0 + HOUR, now=clock.t).buckets
+    assert b.gpus[0].seconds == 60.0 and b.gpus[0].users[0].held == pytest.approx(45.0)
+
+
+def test_retention_and_minute_window(tmp_path: Path) -> None:
+    clock = Clock(T0 - 40 * 86400)
+    rec = Recorder(str(tmp_path), interval=1800, clock=clock, durable=False, flush_every=86400)
+    t = T0 - 40 * 86400
+    while t <= T0:
+        clock.t = t
+        rec.add(_two_users(t))
+        t += 1800
+    rec.close()
+    days = sorted(p.name for p in tmp_path.glob("hours-*.json"))
+    # The last sample (at T0, midnight) counts for the 30 minutes before: today has no bucket.
+    assert days[0] == hours_file(day_of(T0 - 35 * 86400)) and days[-1] == hours_file(day_of(T0 - 1))
+    assert len(days) == 35
+    minutes = read_file(str(tmp_path / MINUTES_FILE), "minute")
+    assert minutes[0].start >= T0 - 120 * MINUTE and minutes[-1].start == T0 - MINUTE
+    h = read_history(str(tmp_path), "hour", 0, T0 + 1, now=T0)
+    assert h.oldest == T0 - 35 * 86400 and len(h.buckets) == 35 * 24
+    assert all(b.gpus[0].seconds == HOUR for b in h.buckets)
+
+
+def test_the_reply_is_bounded_newest_first(tmp_path: Path) -> None:
+    rec = Recorder(str(tmp_path), interval=600, clock=Clock(T0))
+    for i in range(6 * 24 + 1):
+        rec.add(_two_users(T0 - 86400 + 600 * i))
+    rec.close()
+    full = read_history(str(tmp_path), "hour", T0 - 86400, T0 + HOUR, now=T0)
+    assert len(full.buckets) == 24
+    cut = read_history(str(tmp_path), "hour", T0 - 86400, T0 + HOUR, now=T0, max_bytes=5000)
+    assert 0 < len(cut.buckets) < 24
+    assert cut.buckets == full.buckets[-len(cut.buckets) :] and cut.since == cut.buckets[0].start
+
+
+# ---- a recorder killed mid-run -------------------------------------------------------------------
+
+_KILLED = r"""
+import sys, time
+from gpuops.node.backends.sim import SimBackend
+from gpuops.node.history import Recorder
+t = [float(sys.argv[2])]
+backend = SimBackend("mixed-node", clock=lambda: t[0])
+rec = Recorder(sys.argv[1], interval=10.0, flush_every=60.0, clock=lambda: t[0])
+print("ready", flush=True)
+while True:  # 10 simulated seconds per sample, as fast as it goes
+    rec.add(backend.sample())
+    t[0] += 10.0
+    if rec.samples % 50 == 0:
+        print(t[0], rec.writes, flush=True)
+"""
+
+
+def test_a_recorder_killed_with_sigkill_leaves_files_that_parse(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=REPO)
+    start = T0 + 1800
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED, str(tmp_path), str(start)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "ready"
+    last = ""
+    for _ in range(40):  # ~2000 samples: 5.5 simulated hours, many writes, then the kill
+        last = child.stdout.readline()
+    child.send_signal(signal.SIGKILL)
+    child.wait(10)
+    reached = float(last.split()[0])  # the simulated time the child had at least reached
+    days = sorted(tmp_path.glob("hours-*.json"))
+    buckets = [b for d in days for b in read_file(str(d), "hour")]
+    covered = sum(b.gpus[0].seconds for b in buckets)
+    # No hole and nothing twice: the buckets cover [start, end of the last write] exactly ...
+    end = buckets[-1].start + buckets[-1].gpus[0].seconds
+    assert covered == pytest.approx(end - start)
+    # ... and at most one flush interval (60 s of the clock, plus a sample) is lost.
+    assert end >= reached - 60.0 - 10.0
+    minutes = read_file(str(tmp_path / MINUTES_FILE), "minute")
+    assert minutes[-1].start + minutes[-1].gpus[0].seconds == pytest.approx(end)
+    # A new recorder takes over: cleans the temporary files, goes on.
+    rec = Recorder(str(tmp_path), interval=10, clock=Clock(reached))
+    rec.close()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+# ---- service mode and the agent's request --------------------------------------------------------
+
+
+def _node(*args: str, **kwargs: object) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuops.node", "agent", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        **kwargs,  # type: ignore[call-overload]
+    )
+
+
+def test_service_mode_writes_what_a_stdio_agent_serves(tmp_path: Path) -> None:
+    history = tmp_path / "h"
+    recorder = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuops",
+            "agent",
+            "--record",
+            "--backend",
+            "sim",
+            "--history-dir",
+            str(history),
+            "--record-interval",
+            "0.1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (history / "recorder.lock").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)
+        second = _node("--record", "--backend", "sim", "--history-dir", str(history))
+        _out, err = second.communicate(timeout=30)
+        assert second.returncode == 1
+        lines = err.decode().strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            f"error: another recorder writes {history} (recorder pid"
+        )
+    finally:
+        recorder.send_signal(signal.SIGTERM)
+        _out, err = recorder.communicate(timeout=30)
+    assert recorder.returncode == 0, err
+    agent = _node("--stdio", "--backend", "sim", "--history-dir", str(history))
+    requests = [
+        proto.request(1, "history", {"resolution": "minute"}),
+        proto.request(2, "history", {"resolution": "hour", "since": 0, "until": time.time() + 60}),
+        proto.request(3, "history", {"resolution": "week"}),
+        proto.request(4, "history", {"since": 10, "until": 5}),
+        proto.request(5, "history", {"since": "yesterday"}),
+        proto.request(6, "history", {"until": float("1e12")}),
+        proto.request(7, "history", {"step": 60}),
+    ]
+    out, err = agent.communicate(b"".join(requests), timeout=60)
+    replies = {m["id"]: m for m in map(json.loads, out.decode().splitlines())}
+    minute = history_from_json(replies[1]["result"])
+    assert minute.resolution == "minute" and minute.recording
+    seconds = sum(b.gpus[0].seconds for b in minute.buckets)
+    assert 1.0 < seconds < 60.0
+    hour = history_from_json(replies[2]["result"])
+    assert sum(b.gpus[0].seconds for b in hour.buckets) == pytest.approx(seconds, abs=0.01)
+    assert hour.oldest == hour.buckets[0].start
+    # the demo node's first GPU runs training at ~90% for alice
+    g = hour.buckets[-1].gpus[0]
+    assert g.users[0].user == "alice" and g.busy / g.seconds > 0.5
+    for rid in (3, 4, 5, 6, 7):
+        assert replies[rid]["ok"] is False and replies[rid]["error"]["code"] == proto.INVALID_ARGS, replies[
+            rid
+        ]
+
+
+def test_the_agent_reads_its_history_dir_and_runs_the_hook(tmp_path: Path) -> None:
+    rec = Recorder(str(tmp_path / "state" / "history"), interval=10, clock=Clock(T0 + 60))
+    for i in range(3):
+        rec.add(_two_users(T0 + 10 * i))
+    rec.close()
+    called: list[int] = []
+
+    async def hook() -> None:
+        called.append(1)
+
+    async def run() -> dict[str, object]:
+        agent = Agent(None, "sim", "no backend", state_dir=str(tmp_path / "state"), before_history=hook)
+        reader = asyncio.StreamReader()
+        reader.feed_data(proto.request(1, "history", {"since": T0, "until": T0 + HOUR}))
+        reader.feed_eof()
+        out: list[bytes] = []
+
+        class Writer:
+            def write(self, data: bytes) -> None:
+                out.append(data)
+
+            async def drain(self) -> None:
+                return None
+
+        await agent.serve(reader, Writer())
+        return json.loads(b"".join(out))  # type: ignore[no-any-return]
+
+    reply = asyncio.run(run())
+    assert reply["ok"] is True and called == [1]
+    h = history_from_json(reply["result"])
+    assert (
+        h.since == T0
+        and h.until == T0 + HOUR
+        and len(h.buckets) == 1
+        and h.buckets[0].gpus[0].seconds == 20.0
+    )
