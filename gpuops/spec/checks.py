@@ -193,11 +193,73 @@ def check_ssh_references(fleet: Fleet, ctx: CheckContext) -> None:
                 )
 
 
+# Shares written by `gpuops rebalance` are rounded up to 4 decimals so that each gives back its
+# whole units of GPU time; their sum may pass 100% by that rounding.
+SHARE_ROUNDING = 0.01
+
+
+def check_pools(fleet: Fleet, ctx: CheckContext) -> None:
+    teams = list(fleet.teams)
+    for name, pool in fleet.pools.items():
+        total = 0.0
+        for team, guarantee in pool.guarantees.items():
+            total += guarantee.share
+            if team not in fleet.teams:
+                hint = closest(team, teams) or "define it under teams:"
+                ctx.report(
+                    ("pools", name, "guarantees", team), f"no team named {show(team)}", hint, at_key=True
+                )
+        if total > 100.0 + SHARE_ROUNDING:
+            ctx.report(
+                ("pools", name, "guarantees"),
+                f"the guarantees add up to {total:g}% of the pool",
+                "at most 100%: lower some shares, or add GPUs to the pool and recompute them",
+                at_key=True,
+            )
+    _check_pool_overlap(fleet, ctx)
+    for i, entry in enumerate(fleet.carve):
+        if entry.pool is not None and entry.pool not in fleet.pools:
+            hint = closest(entry.pool, list(fleet.pools)) or "define it under pools:, or remove pool:"
+            ctx.report(("carve", i, "pool"), f"no pool named {show(entry.pool)}", hint)
+
+
+def _check_pool_overlap(fleet: Fleet, ctx: CheckContext) -> None:
+    """A GPU is in one pool: two pools' selections naming the same GPUs of a node are an error
+    (selections by UUID or model are only known at plan time and are not compared here)."""
+    claimed: dict[str, list[tuple[frozenset[int] | None, DataPath]]] = {}
+    for name, pool in fleet.pools.items():
+        for j, sel in enumerate(pool.gpus):
+            path: DataPath = ("pools", name, "gpus", j)
+            if sel.gpus is not None and (sel.gpus.uuids is not None or sel.gpus.model is not None):
+                continue
+            try:
+                indices = parse_gpu_indices(sel.gpus.indices) if sel.gpus and sel.gpus.indices else None
+                nodes = fleet.nodes_matching(sel.nodes)
+            except SelectorError as exc:
+                ctx.report(path, str(exc))
+                continue
+            reported = False
+            for node in nodes:
+                for other, where in claimed.get(node.name, []):
+                    if reported or where[1] == name:
+                        continue
+                    if other is None or indices is None or other & indices:
+                        reported = True
+                        ctx.report(
+                            path,
+                            f"GPUs of node {show(node.name)} are already in pool {show(where[1])} "
+                            f"({ctx.ref(where)})",
+                            "a GPU belongs to one pool",
+                        )
+                claimed.setdefault(node.name, []).append((indices, path))
+
+
 CHECKS: list[Check] = [
     check_unique_nodes,
     check_owners,
     check_team_members,
     check_gpu_ranges,
+    check_pools,
     check_ssh_references,
     check_carve,
 ]

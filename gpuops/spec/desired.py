@@ -42,6 +42,7 @@ from gpuops.spec.types import (
     REMOTE_PATH_RE,
     Flag,
     GpuKey,
+    PoolName,
     TeamName,
     _choice_checker,
     _string,
@@ -551,6 +552,9 @@ class CarveEntry(SpecModel):
     mig: MigSpec | None = None
     mps: MpsSpec | None = None
     limiter: LimiterSpec | None = None
+    pool: PoolName | None = None
+    """Set by `gpuops rebalance` on the entries that carve a pool's GPUs: it rewrites them when it
+    plans that pool again (docs/pools.md). Otherwise an entry like any other."""
 
 
 KINDS = ("mig", "mps", "limiter")

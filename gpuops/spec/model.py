@@ -27,6 +27,7 @@ from gpuops.core.mig.catalog import MigModel
 from gpuops.spec.base import SpecModel
 from gpuops.spec.desired import CarveEntry
 from gpuops.spec.errors import FieldProblem, show
+from gpuops.spec.pools import Pool
 from gpuops.spec.selectors import Selector, parse_gpu_indices, parse_selector
 from gpuops.spec.source import Document
 from gpuops.spec.types import (
@@ -50,6 +51,7 @@ from gpuops.spec.types import (
     LabelValue,
     LocalPath,
     NodeName,
+    PoolName,
     Port,
     RemotePath,
     TeamName,
@@ -258,6 +260,8 @@ class Fleet(SpecModel):
     entry overrides an earlier one, per kind, on the GPUs both select)."""
     attribution: AttributionOptions = Field(default_factory=AttributionOptions)
     """Which team each GPU process counts for: the attributors to ask, in order (docs/tenancy.md)."""
+    pools: dict[PoolName, Pool] = Field(default_factory=dict)
+    """GPUs shared by teams, with per-team guarantees (docs/pools.md)."""
 
     _index: _Index | None = PrivateAttr(default=None)
     _doc: Document | None = PrivateAttr(default=None)  # where things are written, when loaded
@@ -325,6 +329,21 @@ class Fleet(SpecModel):
 
     def team_of_group(self, group: str) -> str | None:
         return self._lookup().groups.get(group)
+
+    # ---- pools ---------------------------------------------------------------------------------
+
+    def pool_of(
+        self, node: NodeRef, index: int, uuid: str | None = None, model: str | None = None
+    ) -> str | None:
+        """The pool a GPU is a member of (the first pool, in file order, that selects it), or None.
+        `uuid` and `model` (NVML name or catalog key) let selections by UUID or model match."""
+        from gpuops.spec.pools import pool_selects
+
+        n = self._node(node)
+        for name, pool in self.pools.items():
+            if any(pool_selects(sel, n, index, uuid, model) for sel in pool.gpus):
+                return name
+        return None
 
     # ---- desired state (carve:) --------------------------------------------------------------
 

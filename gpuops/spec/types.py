@@ -138,6 +138,7 @@ def _name_checker(what: str, reserved: Sequence[str] = ()) -> Callable[[Any], st
 
 check_node_name = _name_checker("node name")
 check_team_name = _name_checker("team name")
+check_pool_name = _name_checker("pool name")
 check_jump_name = _name_checker("jump host name", reserved=("none",))
 
 
@@ -349,6 +350,7 @@ GroupName = Annotated[
 ]
 NodeName = Annotated[str, BeforeValidator(check_node_name), WithJsonSchema(_NAME_SCHEMA)]
 TeamName = Annotated[str, BeforeValidator(check_team_name), WithJsonSchema(_NAME_SCHEMA)]
+PoolName = Annotated[str, BeforeValidator(check_pool_name), WithJsonSchema(_NAME_SCHEMA)]
 JumpName = Annotated[str, BeforeValidator(check_jump_name), WithJsonSchema(_NAME_SCHEMA)]
 JumpRef = Annotated[
     str,

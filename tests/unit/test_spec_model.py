@@ -268,6 +268,7 @@ def test_schema_describes_the_file() -> None:
         "nodes",
         "carve",
         "attribution",
+        "pools",
     }
     assert schema["required"] == ["version", "nodes"]
     assert "^x-" in schema["patternProperties"]

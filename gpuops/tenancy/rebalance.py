@@ -1,0 +1,497 @@
+"""`gpuops rebalance`: a deterministic proposal that moves under-used silo GPUs into a pool, sets
+the teams' guarantees from evidence and carves the pool's GPUs to enforce them.
+
+The rules (docs/pools.md#rebalance), each one visible in the proposal's explanations:
+
+1. **Moves.** A GPU in nobody's pool whose GPU-time p95 over the window is at most
+   `idle_p95` (default 10%), observed for at least `min_coverage` of the window, and not in MIG
+   mode (re-carving it would stop its instances), moves into the pool. It keeps its owner.
+2. **Floors.** Every team's guarantee in the pool is at least the p95 of its GPU-time on the
+   pool's GPUs (old members and moved ones) over the window, so that with the silo GPUs it keeps
+   no team is guaranteed less than it uses. A guarantee the pool already gives is kept
+   (the planner never takes away what a team was promised, unless that is the only way to fit
+   the floors, and then it says so).
+3. **Grants.** Whole GPUs left over go to *saturated* teams — those whose p95 use of their own
+   silo is at least `saturated` (90%) of it — in proportion to their silo size.
+4. **Carving.** Guarantees are laid onto GPUs in units of 1% of a GPU: first where each team
+   already works, then in order; no GPU gets more than 100%. Under `carving: mig`, a MIG-capable
+   GPU is cut into instances of the smallest profile that holds the p95 of its teams' largest
+   processes, as many for each team as cover its units (checked by the placement solver), and
+   the rest of the GPU as spare instances for borrowers; a GPU where that does not fit keeps
+   limiter shares.
+
+The same evidence and the planner's own output give no moves and no changes (property-tested).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuops.core.mig.catalog import GpuInstanceProfile, MigModel, find_model
+from gpuops.core.mig.placement import solve
+from gpuops.core.units import format_bytes
+from gpuops.fleet.summary import UNOWNED
+from gpuops.spec.model import Fleet
+from gpuops.spec.pools import Pool
+from gpuops.tenancy.accounting import Evidence, GpuEvidence, p95
+
+UNITS_PER_GPU = 100  # a guarantee is laid out in whole percent of a GPU
+GIB = 1 << 30
+SHARE_DIGITS = 4  # decimals of a pool share in percent: exact to a unit for pools under 10000 GPUs
+
+
+@dataclass(frozen=True)
+class Options:
+    pool: str = "shared"
+    idle_p95: float = 0.10  # a GPU whose GPU-time p95 is at most this is under-used
+    saturated: float = 0.90  # a team using at least this of its silo (p95) is saturated
+    min_coverage: float = 0.5  # of the window's buckets a GPU must have data for, to be moved
+
+
+@dataclass(frozen=True)
+class Move:
+    node: str
+    index: int
+    owner: str | None
+    p95_busy: float
+    mean_busy: float
+    coverage: float
+
+    def explain(self) -> str:
+        whose = f"{self.owner}'s silo" if self.owner else "nobody's"
+        return (
+            f"{self.node}:{self.index} ({whose}) joins the pool: GPU-time p95 {self.p95_busy:.0%}, "
+            f"mean {self.mean_busy:.0%} over {self.coverage:.0%} of the window"
+        )
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    team: str
+    units: int  # in 1% of a GPU
+    floor: int  # units its p95 use on the pool needs
+    before: int  # units the pool guaranteed it before
+    granted: int  # whole-GPU units granted as a saturated team
+    memory: int | None  # bytes its work needs on one GPU (p95 of its largest process), None: unknown
+    reason: str
+
+    @property
+    def gpus(self) -> float:
+        return self.units / UNITS_PER_GPU
+
+
+@dataclass(frozen=True)
+class GpuCarving:
+    node: str
+    index: int
+    name: str
+    memory_total: int
+    units: Mapping[str, int]  # team -> units of this GPU guaranteed to it
+    kind: str  # "limiter" | "mig"
+    profile: str | None = None  # mig: the instance profile
+    slices: Mapping[str, int] = field(default_factory=dict)  # mig: instances per team
+    spare: int = 0  # mig: instances left for borrowers
+    note: str = ""
+
+    def describe(self) -> str:
+        shares = ", ".join(f"{t} {u}%" for t, u in sorted(self.units.items())) or "nobody guaranteed"
+        if self.kind == "mig":
+            per = ", ".join(f"{t} {n}" for t, n in sorted(self.slices.items()))
+            count = sum(self.slices.values()) + self.spare
+            return f"{self.node}:{self.index}: MIG {self.profile} x{count} ({per}; {self.spare} spare)"
+        return f"{self.node}:{self.index}: limiter shares {shares}" + (f" ({self.note})" if self.note else "")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    pool: str
+    window: str
+    capacity: int  # GPUs in the pool after the moves
+    moves: tuple[Move, ...]
+    guarantees: tuple[Guarantee, ...]
+    carvings: tuple[GpuCarving, ...]
+    notes: tuple[str, ...] = ()
+    infeasible: str = ""  # why there is no proposal; "" when there is one
+
+    def guarantee(self, team: str) -> Guarantee | None:
+        return next((g for g in self.guarantees if g.team == team), None)
+
+    def share(self, team: str) -> float:
+        """The team's share of the pool, in percent, rounded up to SHARE_DIGITS decimals (so that
+        share x capacity gives back at least its units)."""
+        g = self.guarantee(team)
+        if g is None or self.capacity == 0:
+            return 0.0
+        scale: int = 10**SHARE_DIGITS
+        return math.ceil(g.units * scale / self.capacity - 1e-9) / scale
+
+    def explain(self) -> list[str]:
+        if self.infeasible:
+            return [f"no proposal for pool {self.pool}: {self.infeasible}"]
+        lines = [m.explain() for m in self.moves] or [f"no GPU to move into pool {self.pool}"]
+        for g in self.guarantees:
+            lines.append(
+                f"{g.team}: guaranteed {g.gpus:g} GPUs of the pool ({self.share(g.team):g}%): {g.reason}"
+            )
+        lines.extend(c.describe() for c in self.carvings)
+        lines.extend(self.notes)
+        return lines
+
+
+# ---- planning -------------------------------------------------------------------------------------
+
+
+def _existing_units(pool: Pool | None, evidence: Evidence, name: str) -> dict[str, int]:
+    if pool is None:
+        return {}
+    size = sum(1 for g in evidence.gpus if g.pool == name)
+    return {t: math.floor(g.share * size + 1e-6) for t, g in pool.guarantees.items()}
+
+
+def _is_team(team: str, fleet: Fleet) -> bool:
+    return team in fleet.teams
+
+
+def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) -> Proposal:
+    """The proposal for pool `options.pool` (created when the fleet has none) from `evidence`."""
+    opts = options or Options()
+    name = opts.pool
+    pool = fleet.pools.get(name)
+    notes: list[str] = []
+    n_buckets = max(1, len(evidence.starts))
+    members = [g for g in evidence.gpus if g.pool == name]
+    moves: list[Move] = []
+    moved: list[GpuEvidence] = []
+    for g in evidence.gpus:
+        if g.pool is not None:
+            continue
+        coverage = sum(1 for o in g.observed if o > 0) / n_buckets
+        if coverage < opts.min_coverage:
+            continue
+        busy = g.p95_busy()
+        if busy > opts.idle_p95 + 1e-12:
+            continue
+        if g.mig:
+            notes.append(f"{g.label()} stays: it is in MIG mode (moving it would re-carve its instances)")
+            continue
+        moves.append(Move(g.node, g.index, g.owner, busy, g.mean_busy(), coverage))
+        moved.append(g)
+    pool_gpus = members + moved
+    capacity = len(pool_gpus)
+    total_units = capacity * UNITS_PER_GPU
+
+    # Floors: p95 of each team's GPU-time on the pool's GPUs.
+    floors: dict[str, int] = {}
+    unattributed = 0.0
+    for team in evidence.teams():
+        use = p95(
+            [
+                v
+                for v, seen in zip(evidence.team_series(team, pool_gpus), evidence.observed(), strict=True)
+                if seen
+            ]
+        )
+        if use <= 0:
+            continue
+        if not _is_team(team, fleet):
+            unattributed += use
+            continue
+        floors[team] = math.ceil(use * UNITS_PER_GPU - 1e-9)
+    if unattributed > 0:
+        notes.append(
+            f"work of no team used {unattributed:.2f} GPUs (p95) of the pool: it gets no guarantee "
+            "and runs as a borrower"
+        )
+    before = {t: u for t, u in _existing_units(pool, evidence, name).items() if _is_team(t, fleet)}
+    units = {t: max(floors.get(t, 0), before.get(t, 0)) for t in set(floors) | set(before)}
+    if sum(floors.values()) > total_units:
+        return Proposal(
+            name,
+            evidence.window.text,
+            capacity,
+            tuple(moves),
+            (),
+            (),
+            tuple(notes),
+            infeasible=(
+                f"the teams' p95 use of the pool's GPUs adds up to {sum(floors.values()) / 100:g} GPUs, "
+                f"more than its {capacity}: no carving can guarantee all of it"
+            ),
+        )
+    cut = _fit(units, floors, total_units)
+    if cut:
+        notes.append("guarantees above p95 use were cut to fit the pool: " + ", ".join(cut))
+
+    # Grants: whole GPUs left over go to saturated teams.
+    saturated = _saturated(fleet, evidence, opts, {(g.node, g.index) for g in pool_gpus})
+    granted: dict[str, int] = {}
+    spare_gpus = (total_units - sum(units.values())) // UNITS_PER_GPU
+    if spare_gpus > 0 and saturated:
+        for team, k in _largest_remainder(saturated, spare_gpus).items():
+            if k:
+                granted[team] = k * UNITS_PER_GPU
+                units[team] = units.get(team, 0) + k * UNITS_PER_GPU
+
+    memory_need = _memory_need(evidence, pool_gpus)
+    guarantees = []
+    for team in sorted(units):
+        if units[team] <= 0:
+            continue
+        reason = _reason(team, floors.get(team, 0), before.get(team, 0), granted.get(team, 0), saturated)
+        guarantees.append(
+            Guarantee(
+                team,
+                units[team],
+                floors.get(team, 0),
+                before.get(team, 0),
+                granted.get(team, 0),
+                memory_need.get(team) or _kept_memory(pool, team),
+                reason,
+            )
+        )
+    carvings = _carve(pool_gpus, fleet, pool, {g.team: g.units for g in guarantees}, memory_need, notes)
+    return Proposal(
+        name, evidence.window.text, capacity, tuple(moves), tuple(guarantees), carvings, tuple(notes)
+    )
+
+
+def _kept_memory(pool: Pool | None, team: str) -> int | None:
+    if pool is None or team not in pool.guarantees:
+        return None
+    return pool.guarantees[team].memory
+
+
+def _fit(units: dict[str, int], floors: Mapping[str, int], total: int) -> list[str]:
+    """Cut guarantees above floors (largest surplus first) until they fit; what was cut."""
+    cut = []
+    while sum(units.values()) > total:
+        team = max(units, key=lambda t: (units[t] - floors.get(t, 0), t))
+        surplus = units[team] - floors.get(team, 0)
+        take = min(surplus, sum(units.values()) - total)
+        units[team] -= take
+        cut.append(f"{team} -{take / UNITS_PER_GPU:g} GPU")
+    return cut
+
+
+def _saturated(
+    fleet: Fleet, evidence: Evidence, opts: Options, pool_keys: set[tuple[str, int]]
+) -> dict[str, int]:
+    """Teams whose p95 use of their own silo (after the moves) is at least `saturated` of it:
+    team -> silo size."""
+    seen = evidence.observed()
+    out = {}
+    for team in fleet.teams:
+        silo = [g for g in evidence.gpus if g.owner == team and (g.node, g.index) not in pool_keys]
+        if not silo:
+            continue
+        use = p95([v for v, s in zip(evidence.team_series(team, silo), seen, strict=True) if s])
+        if use >= opts.saturated * len(silo) - 1e-9:
+            out[team] = len(silo)
+    return out
+
+
+def _largest_remainder(weights: Mapping[str, int], count: int) -> dict[str, int]:
+    total = sum(weights.values())
+    exact = {t: count * w / total for t, w in weights.items()}
+    out = {t: math.floor(v) for t, v in exact.items()}
+    left = count - sum(out.values())
+    for t in sorted(exact, key=lambda t: (-(exact[t] - out[t]), -weights[t], t))[:left]:
+        out[t] += 1
+    return out
+
+
+def _reason(team: str, floor: int, before: int, granted: int, saturated: Mapping[str, int]) -> str:
+    parts = []
+    if floor:
+        parts.append(f"its p95 use of the pool's GPUs is {floor / 100:g} GPUs")
+    if before > floor:
+        parts.append(f"the pool guaranteed it {before / 100:g} GPUs before (kept)")
+    if granted:
+        parts.append(
+            f"its own {saturated[team]} GPUs are saturated (p95): granted {granted // UNITS_PER_GPU} "
+            "whole GPUs of the spare capacity"
+        )
+    return "; ".join(parts) or "kept"
+
+
+def _memory_need(evidence: Evidence, gpus: Sequence[GpuEvidence]) -> dict[str, int]:
+    """Per team, the p95 of its largest process on the pool's GPUs and its own GPUs: what one
+    of its jobs needs on one GPU (rounded up to GiB)."""
+    out: dict[str, int] = {}
+    keys = {(g.node, g.index) for g in gpus}
+    for g in evidence.gpus:
+        for team, size in g.process_p95.items():
+            if (g.node, g.index) in keys or g.owner == team:
+                out[team] = max(out.get(team, 0), size)
+    return {t: -(-v // GIB) * GIB for t, v in out.items() if v > 0}
+
+
+# ---- carving --------------------------------------------------------------------------------------
+
+
+def _carve(
+    gpus: Sequence[GpuEvidence],
+    fleet: Fleet,
+    pool: Pool | None,
+    units: Mapping[str, int],
+    memory_need: Mapping[str, int],
+    notes: list[str],
+) -> tuple[GpuCarving, ...]:
+    order = {n.name: i for i, n in enumerate(fleet.nodes)}
+    ordered = sorted(gpus, key=lambda g: (order.get(g.node, len(order)), g.node, g.index))
+    free = {(g.node, g.index): UNITS_PER_GPU for g in ordered}
+    laid: dict[tuple[str, int], dict[str, int]] = {k: {} for k in free}
+    left = dict(units)
+    # First where each team already works (by its use there), then in order.
+    for team in sorted(left, key=lambda t: (-left[t], t)):
+        for g in sorted(ordered, key=lambda g: -max(g.teams.get(team, (0.0,)), default=0.0)):
+            use = p95([v for v, o in zip(g.teams.get(team, ()), g.observed, strict=False) if o > 0])
+            if use <= 0 or left[team] <= 0:
+                continue
+            key = (g.node, g.index)
+            take = min(left[team], free[key], math.ceil(use * UNITS_PER_GPU - 1e-9))
+            if take > 0:
+                laid[key][team] = laid[key].get(team, 0) + take
+                free[key] -= take
+                left[team] -= take
+    for team in sorted(left, key=lambda t: (-left[t], t)):
+        for g in ordered:
+            key = (g.node, g.index)
+            if left[team] <= 0:
+                break
+            take = min(left[team], free[key])
+            if take > 0:
+                laid[key][team] = laid[key].get(team, 0) + take
+                free[key] -= take
+                left[team] -= take
+    assert all(v == 0 for v in left.values()), "guarantees exceed the pool"  # checked by propose
+    carving = pool.carving if pool is not None else "limiter"
+    out = []
+    for g in ordered:
+        shares = laid[(g.node, g.index)]
+        model = find_model(g.name) if g.name else None
+        if carving == "mig" and model is not None:
+            mig = _mig_carving(g, model, shares, memory_need)
+            if isinstance(mig, GpuCarving):
+                out.append(mig)
+                continue
+            notes.append(f"{g.label()} keeps limiter shares: {mig}")
+        out.append(GpuCarving(g.node, g.index, g.name, g.memory_total, dict(shares), "limiter"))
+    return tuple(out)
+
+
+def _profile_for(model: MigModel, need: int) -> GpuInstanceProfile | None:
+    fits = [
+        p
+        for p in model.profiles
+        if not p.media_extensions
+        and p.memory_mib * (1 << 20) >= need
+        and p.compute_slices < model.compute_slice_count
+    ]
+    return min(fits, key=lambda p: (p.memory_mib, p.compute_slices, p.name)) if fits else None
+
+
+def _mig_carving(
+    g: GpuEvidence, model: MigModel, shares: Mapping[str, int], memory_need: Mapping[str, int]
+) -> GpuCarving | str:
+    need = max((memory_need.get(t, 0) for t in shares), default=0)
+    profile = _profile_for(model, max(need, 1))
+    if profile is None:
+        return f"its teams' processes need {format_bytes(need)}, more than any MIG profile but the whole GPU"
+    fraction = profile.compute_slices / model.compute_slice_count
+    slices = {t: math.ceil(u / (UNITS_PER_GPU * fraction) - 1e-9) for t, u in shares.items() if u > 0}
+    wanted = sum(slices.values())
+    if wanted and not solve(model, {profile.name: wanted}).ok:
+        return f"{wanted} x {profile.name} (to cover its shares) do not fit on {model.key}"
+    spare = 0
+    while spare < profile.max_count and solve(model, {profile.name: wanted + spare + 1}).ok:
+        spare += 1
+    return GpuCarving(
+        g.node, g.index, g.name, g.memory_total, dict(shares), "mig", profile.name, slices, spare
+    )
+
+
+# ---- the proposed fleet.yaml ----------------------------------------------------------------------
+
+
+def _gpus_text(indices: Sequence[int]) -> str:
+    parts: list[str] = []
+    run: list[int] = []
+    for i in sorted(indices):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [i]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def _size_text(size: int) -> str:
+    return f"{-(-size // GIB)}GiB"
+
+
+def _limiter(c: GpuCarving, pool: Pool | None, need: Mapping[str, int]) -> dict[str, Any]:
+    policy = pool.policy if pool is not None else "burst-share"
+    borrowing = pool.borrowing if pool is not None else True
+    tenants: dict[str, Any] = {}
+    for team, u in sorted(c.units.items()):
+        line: dict[str, Any] = {"compute": f"{u}%"}
+        memory = need.get(team)
+        if memory and c.memory_total:
+            cap = -(-max(memory, c.memory_total * u // UNITS_PER_GPU) // GIB) * GIB
+            if cap < c.memory_total:
+                line["memory"] = _size_text(cap)
+        tenants[team] = line
+    if borrowing:
+        tenants["*"] = {"policy": "best-effort", "class": "offline"}
+    return {"policy": policy, "tenants": tenants}
+
+
+def proposed_fleet(fleet: Fleet, proposal: Proposal) -> dict[str, Any]:
+    """fleet.yaml's data with the proposal applied: the pool's members and guarantees, and its
+    carve entries (`pool: NAME`) rewritten; everything else as it was."""
+    data = fleet.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    data["version"] = fleet.version
+    name = proposal.pool
+    pool = fleet.pools.get(name)
+    pools = data.setdefault("pools", {})
+    entry = pools.setdefault(name, {})
+    selects = list(entry.get("gpus", []))
+    by_node: dict[str, list[int]] = {}
+    for m in proposal.moves:
+        by_node.setdefault(m.node, []).append(m.index)
+    for node, indices in by_node.items():
+        selects.append({"nodes": node, "gpus": _gpus_text(indices)})
+    entry["gpus"] = selects
+    need = {g.team: g.memory for g in proposal.guarantees if g.memory}
+    guarantees: dict[str, Any] = {}
+    for g in proposal.guarantees:
+        item: dict[str, Any] = {"share": f"{proposal.share(g.team):g}%"}
+        if g.memory:
+            item["memory"] = _size_text(g.memory)
+        guarantees[g.team] = item
+    entry["guarantees"] = guarantees
+    carve = [e for e in data.get("carve", []) if e.get("pool") != name]
+    groups: dict[tuple[str, str], tuple[dict[str, Any], list[int]]] = {}
+    for c in proposal.carvings:
+        if c.kind == "mig":
+            body: dict[str, Any] = {
+                "mig": {"enabled": True, "profiles": {c.profile: sum(c.slices.values()) + c.spare}}
+            }
+        else:
+            body = {"limiter": _limiter(c, pool, need)}
+        key = (c.node, repr(sorted(body.items())))
+        groups.setdefault(key, (body, []))[1].append(c.index)
+    for (node, _), (body, indices) in groups.items():
+        carve.append({"select": {"nodes": node, "gpus": _gpus_text(indices)}, "pool": name, **body})
+    data["carve"] = carve
+    return {"version": data.pop("version"), **data}
+
+
+__all__ = ["UNOWNED", "GpuCarving", "Guarantee", "Move", "Options", "Proposal", "propose", "proposed_fleet"]
