@@ -29,6 +29,7 @@ import re
 import signal
 import sys
 import time
+import zlib
 from typing import Any, Callable, Dict, Iterable, List, Optional, TextIO, Tuple
 
 from gpuops.core.history import (
@@ -292,6 +293,50 @@ def _pieces(t0: float, t1: float, span: float) -> List[Tuple[float, float]]:
     return out
 
 
+def _dt(previous: Optional[float], t: float, interval: float) -> float:
+    """The seconds a sample at t counts for: since the previous sample, 0 after a gap of more
+    than two intervals (the node or the recorder was down) or without a previous sample."""
+    if previous is None or t <= previous or t - previous > 2 * interval:
+        return 0.0
+    return t - previous
+
+
+class Rollup:
+    """Samples integrated into hour and minute buckets in memory only (the simulator's past):
+    the figures a Recorder with the same interval would write. Minute buckets that end before
+    `minutes_after` are not kept."""
+
+    def __init__(self, interval: float, minutes_after: float = -math.inf, max_keys: int = MAX_KEYS) -> None:
+        self.interval = float(interval)
+        self.minutes_after = minutes_after
+        self.max_keys = max(2, max_keys)
+        self._last: Optional[float] = None
+        self._hours: Dict[float, _BucketAcc] = {}
+        self._minutes: Dict[float, _BucketAcc] = {}
+
+    def add(self, sample: NodeSample) -> None:
+        t = float(sample.timestamp)
+        dt = _dt(self._last, t, self.interval)
+        self._last = t
+        if dt <= 0:
+            return
+        shares = [(gpu, gpu_shares(gpu)) for gpu in sample.gpus]
+        for span, accs in ((HOUR, self._hours), (MINUTE, self._minutes)):
+            for start, seconds in _pieces(t - dt, t, span):
+                if span == MINUTE and start + MINUTE <= self.minutes_after:
+                    continue
+                acc = accs.get(start)
+                if acc is None:
+                    acc = accs[start] = _BucketAcc(start, span)
+                acc.add(shares, seconds, self.max_keys)
+
+    def buckets(self) -> List[Bucket]:
+        """Hour buckets, then minute buckets, each by start."""
+        return [self._hours[s].freeze() for s in sorted(self._hours)] + [
+            self._minutes[s].freeze() for s in sorted(self._minutes)
+        ]
+
+
 # ---- files -------------------------------------------------------------------------------------
 
 
@@ -373,18 +418,20 @@ def _file_text(resolution: str, written: float, texts: Iterable[str]) -> str:
 
 
 class _Stored:
-    """A finished bucket, with its JSON text once it has been written."""
+    """A finished bucket, kept as compressed JSON text: a node keeps 120 minutes and a day of
+    hours in memory (the simulator a thousand nodes' worth), and writes them as text."""
 
-    __slots__ = ("bucket", "text")
+    __slots__ = ("_data",)
 
-    def __init__(self, bucket: Bucket, text: Optional[str] = None) -> None:
-        self.bucket = bucket
-        self.text = text
+    def __init__(self, bucket: Bucket) -> None:
+        self._data = zlib.compress(_dumps(bucket_to_json(bucket)).encode("utf-8"), 1)
 
     def json(self) -> str:
-        if self.text is None:
-            self.text = _dumps(bucket_to_json(self.bucket))
-        return self.text
+        return zlib.decompress(self._data).decode("utf-8")
+
+    @property
+    def bucket(self) -> Bucket:
+        return bucket_from_json(json.loads(self.json()))
 
 
 class RecorderBusy(Exception):
@@ -446,6 +493,7 @@ class Recorder:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         self._lock = _lock(directory) if lock else None
         self._last: Optional[float] = None  # timestamp of the previous sample
+        self.first: Optional[float] = None  # timestamp of the first sample recorded
         self._hour: Optional[_BucketAcc] = None
         self._minute: Optional[_BucketAcc] = None
         self._day: Optional[str] = None  # the day whose hour buckets are in `_hours`
@@ -468,13 +516,10 @@ class Recorder:
         if not math.isfinite(t) or t <= 0:
             return
         previous, self._last = self._last, t
+        if self.first is None:
+            self.first = t
         self.samples += 1
-        if previous is None or t <= previous:
-            dt = 0.0
-        else:
-            dt = t - previous
-            if dt > 2 * self.interval:
-                dt = 0.0  # a gap (the node or the recorder was down): not counted
+        dt = _dt(previous, t, self.interval)
         if dt > 0:
             shares = [(gpu, gpu_shares(gpu)) for gpu in sample.gpus]
             for start, seconds in _pieces(t - dt, t, HOUR):

@@ -41,6 +41,7 @@ from typing import Any
 
 import asyncssh
 
+from gpuops.fleet.simfleet.history import SimHistory
 from gpuops.fleet.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
 from gpuops.fleet.simfleet.server import SimFleetServer
 
@@ -302,6 +303,16 @@ async def serve(
     client_key = asyncssh.generate_private_key("ssh-ed25519", comment="gpuops-sim-client")
     server = SimFleetServer(backends, host_key, client_key, user, host=HOST, state_dir=paths.dir / "state")
     ports = await server.start(base_port)
+    # Every node keeps history as `gpuops agent --record` would, and has a simulated past.
+    history = SimHistory(
+        [
+            (node.name, backend, node.spec)
+            for node, (_name, backend) in zip(plan.nodes, backends, strict=True)
+        ],
+        server.state_dir,
+    )
+    server.history = history
+    recording = asyncio.ensure_future(history.run())
     try:
         port_list = [ports[node.name] for node in plan.nodes]
         _write(paths.client_key, client_key.export_private_key("openssh"), 0o600)
@@ -332,7 +343,11 @@ async def serve(
         for path in (paths.ready, paths.pid):
             with contextlib.suppress(OSError):
                 path.unlink()
+        recording.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await recording
         await server.close()
+        history.close()
         log.info("stopped")
 
 

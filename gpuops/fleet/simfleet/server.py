@@ -41,6 +41,7 @@ import asyncssh
 from asyncssh.constants import MSG_IGNORE
 
 from gpuops.fleet.simfleet.faults import FaultyBackend
+from gpuops.fleet.simfleet.history import SimHistory
 from gpuops.node.agent import Agent
 from gpuops.node.backends.base import Backend
 from gpuops.node.mig_apply import recover_at_start
@@ -217,6 +218,9 @@ class SimFleetServer:
         self.connections = 0
         self.live: set[asyncssh.SSHServerConnection] = set()
         self._agents: set[asyncio.Task[None]] = set()
+        # Set by the runner: every node's recorded history (simfleet/history.py), served by the
+        # node's agent (`history` request); None: agents read whatever is in the directory.
+        self.history: SimHistory | None = None
 
     async def start(self, base_port: int = 0) -> dict[str, int]:
         """Listen for every node: on free ports, or on base_port, base_port+1, ...; returns
@@ -313,6 +317,7 @@ class SimFleetServer:
             # As a real agent does when it starts: finish what a killed one left half-done.
             for note in recover_at_start(backend, str(state)):
                 log.warning("%s: %s", node.name, note)
+            history = self.history
             agent = Agent(
                 backend,
                 "sim",
@@ -320,6 +325,7 @@ class SimFleetServer:
                 inline=True,
                 state_dir=str(state),
                 limiter_dir=str(state / "limiter"),
+                before_history=(lambda: history.prepare(node.name)) if history is not None else None,
             )
         else:
             reason = f"backend {backend_name!r} is not available on a simulated node (use --backend sim)"

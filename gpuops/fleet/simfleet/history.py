@@ -1,0 +1,267 @@
+"""History for simulated nodes: what `gpuops agent --record` keeps on a real node, for every node
+of the sim fleet, and their past, so a fresh fleet already has days of evidence.
+
+- **Live**: one asyncio task samples every node's backend in turn (staggered over the interval,
+  10 s by default) and feeds each node's `Recorder` (gpuops/node/history.py), which writes into
+  the node's state directory (`DIR/state/<node>/history`) where that node's agent reads it:
+  when an hour ends, and when the agent is asked for history (`prepare`), rather than every
+  minute as on a real node (the minutes stay in memory, compressed, until then).
+- **The past** (backfill): the simulation's figures are a pure function of (seed, time), so a
+  second `SimBackend` built from the node's spec with a clock under our control is evaluated
+  every `step` (5 min) from `days` (7) before the node's first live sample until that sample,
+  integrated in memory (`Rollup`) and merged into the recorder's files. Work queued at the epoch
+  (start "pending") is not running in the past, as the spec says. The live backend is never
+  touched: MIG changes made by an apply count from when they were made.
+  Fleets of up to `background_nodes` nodes get their past at start, one node after the other,
+  in the background; bigger ones get a node's past when its history is first asked for, so
+  `sim up --scenario large --nodes 1000` starts as fast as before. Either way the work is cut
+  into slices of a few milliseconds, so the event loop keeps serving SSH meanwhile.
+
+Every start begins a new simulated past (the epoch is the start time): files of an earlier run
+are removed when the fleet starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuops.core.history import MINUTE
+from gpuops.core.model import NodeSample
+from gpuops.node.backends.base import Backend, BackendError, BackendUnavailable
+from gpuops.node.backends.sim import SimBackend
+from gpuops.node.history import DEFAULT_INTERVAL, KEEP_MINUTES, Recorder, Rollup
+
+log = logging.getLogger("gpuops.simfleet")
+
+HISTORY_DIR = "history"  # under each node's state directory, as the agent's default
+BACKFILL_DAYS = 7.0
+BACKFILL_STEP = 300.0  # seconds between the past samples
+BACKGROUND_NODES = 64  # fleets up to this size get their past at start
+SLICE_SECONDS = 0.02  # longest the backfill holds the event loop at a time
+_OUR_FILES = ("minutes.json",)
+
+
+class _PastBackend(SimBackend):
+    """The node's model evaluated at past times. History records neither power nor temperature,
+    so they are not evaluated (the temperature's ten minutes of load history are most of the
+    cost of a sample at a random time); every figure history records is the simulator's."""
+
+    def _past_power(self, device: Any, t: float) -> float:
+        return 0.0
+
+    def _power(self, device: Any, t: float, load: float, holding: bool) -> float:
+        return 0.0
+
+    def _temperature(self, device: Any, t: float, power: float, past: float) -> float:
+        return 0.0
+
+
+class _Node:
+    __slots__ = ("backend", "directory", "name", "past", "recorder", "spec")
+
+    def __init__(self, name: str, backend: Backend, spec: Any, directory: Path, recorder: Recorder) -> None:
+        self.name = name
+        self.backend = backend
+        self.spec = spec
+        self.directory = directory
+        self.recorder = recorder
+        self.past: asyncio.Task[float] | None = None
+
+
+def clear_history(directory: Path) -> None:
+    """Remove the history files of an earlier run (and nothing else)."""
+    if not directory.is_dir():
+        return
+    for path in directory.iterdir():
+        name = path.name
+        base = name.removesuffix(".corrupt")
+        if (
+            base in _OUR_FILES
+            or (base.startswith("hours-") and base.endswith(".json"))
+            or name.endswith(".tmp")
+        ):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+class SimHistory:
+    """Records every simulated node's history, and fills in each node's past.
+
+    `nodes`: (name, live backend, sim spec) per node (a spec of None: no past). `state_dir`:
+    the fleet's state directory (one subdirectory per node). Start `run()` as a task; `close()`
+    stops."""
+
+    def __init__(
+        self,
+        nodes: Sequence[tuple[str, Backend, Any]],
+        state_dir: Path,
+        interval: float = DEFAULT_INTERVAL,
+        days: float = BACKFILL_DAYS,
+        step: float = BACKFILL_STEP,
+        background_nodes: int = BACKGROUND_NODES,
+        keep_minutes: int = KEEP_MINUTES,
+        clock: Callable[[], float] = time.time,
+        durable: bool = False,
+    ) -> None:
+        self.interval = float(interval)
+        self.days = float(days)
+        self.step = float(step)
+        self.background = len(nodes) <= background_nodes
+        self.clock = clock
+        self.keep_minutes = keep_minutes
+        self.nodes: dict[str, _Node] = {}
+        for name, backend, spec in nodes:
+            directory = state_dir / name / HISTORY_DIR
+            clear_history(directory)
+            recorder = Recorder(
+                str(directory),
+                interval=self.interval,
+                # Written when an hour ends and when the node's history is asked for (`prepare`),
+                # not every minute: a thousand nodes' minute files would be ~400 MB of writes
+                # a minute for nobody. Nothing here needs to survive a crash.
+                flush_every=math.inf,
+                clock=clock,
+                durable=durable,
+                keep_minutes=keep_minutes,
+                lock=False,  # the fleet's own lock keeps a second server out of DIR
+            )
+            self.nodes[name] = _Node(name, backend, spec, directory, recorder)
+        self.samples = 0
+        self.backfill_seconds = 0.0  # CPU-ish time spent on pasts (wall time of the slices)
+        self.backfilled = 0
+        self._closed = False
+
+    def history_dir(self, name: str) -> str:
+        return str(self.nodes[name].directory)
+
+    # ---- live ----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Sample the nodes in turn forever (each once per interval); pasts in the background
+        for a small fleet."""
+        background = asyncio.ensure_future(self._background()) if self.background else None
+        try:
+            await self._record()
+        finally:
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await background
+
+    async def _record(self) -> None:
+        nodes = list(self.nodes.values())
+        if not nodes:
+            return
+        loop = asyncio.get_running_loop()
+        spacing = self.interval / len(nodes)
+        tick = max(spacing, 0.05)  # wake at most 20 times a second, sampling what is due
+        began = loop.time()
+        done = 0
+        while not self._closed:
+            due = int((loop.time() - began) / spacing) + 1
+            if due - done > len(nodes):  # fell behind by a whole round: skip it, do not burst
+                done = due - len(nodes)
+            while done < due:
+                self._sample(nodes[done % len(nodes)])
+                done += 1
+            await asyncio.sleep(max(0.0, began + done * spacing - loop.time(), tick - spacing))
+
+    def _sample(self, node: _Node) -> None:
+        try:
+            sample = node.backend.sample()
+        except BackendError:  # a closed or failing backend: nothing to record this time
+            return
+        try:
+            node.recorder.add(sample)
+            self.samples += 1
+        except Exception:  # one node's trouble must not stop the others' history
+            log.exception("%s: recording history failed", node.name)
+
+    # ---- the past ------------------------------------------------------------------------------
+
+    async def _background(self) -> None:
+        for name in list(self.nodes):
+            await self.ensure_past(name)
+
+    async def prepare(self, name: str) -> None:
+        """Before a node's agent reads its history: its past is there, what was recorded is
+        written."""
+        await self.ensure_past(name)
+        node = self.nodes.get(name)
+        if node is not None:
+            node.recorder.flush()
+
+    async def ensure_past(self, name: str) -> None:
+        """Fill in this node's past, once; waits for it when it is under way."""
+        node = self.nodes.get(name)
+        if node is None or node.spec is None:
+            return
+        if node.past is None:
+            node.past = asyncio.ensure_future(self._backfill(node))
+        with contextlib.suppress(Exception):
+            await asyncio.shield(node.past)
+
+    async def _backfill(self, node: _Node) -> float:
+        """Evaluate the node's model from `days` before its first live sample up to it, merge
+        it into the node's recorder; returns the seconds it took."""
+        began = time.monotonic()
+        if node.recorder.first is None:  # not sampled live yet: that first sample is now
+            self._sample(node)
+        end = node.recorder.first
+        if end is None:
+            return 0.0
+        clock = _Clock(end)
+        try:
+            past = _PastBackend(spec=node.spec, clock=clock)
+        except BackendUnavailable as exc:
+            log.warning("%s: no simulated past: %s", node.name, exc)
+            return 0.0
+        first = math.floor((end - self.days * 86400.0) / 3600.0) * 3600.0 - self.step
+        times = [first + self.step * i for i in range(int((end - first) / self.step) + 1)]
+        if times[-1] < end:
+            times.append(end)
+        rollup = Rollup(self.step, minutes_after=self.clock() - self.keep_minutes * MINUTE)
+        slice_began = time.monotonic()
+        for t in times[:-1]:  # the last is the live recorder's first sample: counted there
+            clock.t = t
+            try:
+                sample: NodeSample = past.sample()
+            except BackendError:
+                continue
+            rollup.add(sample)
+            if time.monotonic() - slice_began > SLICE_SECONDS:
+                await asyncio.sleep(0)
+                slice_began = time.monotonic()
+        clock.t = end
+        with contextlib.suppress(BackendError):
+            rollup.add(past.sample())  # the stretch that ends at the live recorder's first sample
+        past.close()
+        node.recorder.merge(rollup.buckets())
+        took = time.monotonic() - began
+        self.backfill_seconds += took
+        self.backfilled += 1
+        log.debug("%s: %d days of simulated history in %.2fs", node.name, self.days, took)
+        return took
+
+    def close(self) -> None:
+        """Stop recording. What is not written is dropped: the next start of the fleet begins a
+        new past anyway (and writing a thousand nodes' minutes would outlast `sim down`)."""
+        self._closed = True
+        for node in self.nodes.values():
+            if node.past is not None and not node.past.done():
+                node.past.cancel()
+
+
+class _Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t

@@ -1,0 +1,137 @@
+"""History on the simulated fleet, through SSH: a fresh `silos` fleet already has 7 days of
+hourly evidence per node (the simulation evaluated in the past), recorded live from then on, and
+served by each node's agent (`history` request) as a real node's recorder would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuops.core.history import HOUR, History
+from gpuops.fleet.agent_client import AgentError
+from gpuops.fleet.session import node_agent
+from gpuops.fleet.simfleet import Launched, launch, running_pid, stop
+from gpuops.fleet.targets import node_targets
+from gpuops.spec import load_fleet
+
+
+@pytest.fixture(scope="module")
+def silos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
+    directory = tmp_path_factory.mktemp("history-silos")
+    started = launch(directory, "silos", timeout=60)
+    try:
+        yield started
+    finally:
+        stop(directory)
+        assert running_pid(directory) is None
+
+
+def _histories(directory: Path, asks: dict[str, list[dict[str, object]]]) -> dict[str, list[object]]:
+    """Per node, what each `history` call answered (a History or the AgentError)."""
+    targets = {t.name: t for t in node_targets(load_fleet(directory / "fleet.yaml"))}
+
+    async def one(name: str, calls: list[dict[str, object]]) -> list[object]:
+        out: list[object] = []
+        async with node_agent(targets[name]) as client:
+            for args in calls:
+                try:
+                    out.append(await client.history(**args))  # type: ignore[arg-type]
+                except AgentError as exc:
+                    out.append(exc)
+        return out
+
+    async def run() -> dict[str, list[object]]:
+        names = list(asks)
+        answers = await asyncio.gather(*(one(n, asks[n]) for n in names))
+        return dict(zip(names, answers, strict=True))
+
+    return asyncio.run(run())
+
+
+def _busy(h: History, start: float = 0.0) -> list[float]:
+    """Busy fraction of each GPU over the buckets from `start`."""
+    seconds: dict[int, float] = {}
+    busy: dict[int, float] = {}
+    for b in h.buckets:
+        if b.start < start:
+            continue
+        for g in b.gpus:
+            seconds[g.index] = seconds.get(g.index, 0.0) + g.seconds
+            busy[g.index] = busy.get(g.index, 0.0) + g.busy
+    return [busy[i] / seconds[i] for i in sorted(seconds)]
+
+
+def test_a_fresh_silos_fleet_has_7_days_of_hours(silos: Launched) -> None:
+    now = time.time()
+    week = {"resolution": "hour", "since": now - 7 * 86400, "until": now + 60}
+    asked = time.monotonic()
+    got = _histories(
+        silos.dir,
+        {
+            "sim-speech-01": [week, {"resolution": "minute"}],
+            "sim-robotics-01": [week],
+            "sim-platform-01": [week],
+        },
+    )
+    took = time.monotonic() - asked
+    speech, minutes = got["sim-speech-01"]
+    (robotics,) = got["sim-robotics-01"]
+    (platform,) = got["sim-platform-01"]
+    assert isinstance(speech, History) and isinstance(robotics, History) and isinstance(platform, History)
+    assert isinstance(minutes, History)
+    for h in (speech, robotics, platform):
+        assert h.resolution == "hour" and h.recording
+        # every hour of the last 7 days: 168 whole ones, plus the one under way (and the one
+        # 7 days ago that `since` falls in)
+        assert len(h.buckets) >= 168
+        assert h.buckets[0].start <= now - 7 * 86400 + HOUR and h.buckets[-1].start >= now - 2 * HOUR
+        assert [b.start for b in h.buckets] == [h.buckets[0].start + HOUR * i for i in range(len(h.buckets))]
+        assert all(g.seconds == pytest.approx(HOUR, abs=1) for b in h.buckets[1:-1] for g in b.gpus)
+        assert h.oldest is not None and h.oldest <= h.buckets[0].start
+    assert len(speech.buckets[0].gpus) == 4 and len(robotics.buckets[0].gpus) == 8
+    # The idle silo: nothing ran there all week.
+    assert all(b < 0.01 for b in _busy(robotics))
+    assert all(g.users == () for b in robotics.buckets for g in b.gpus)
+    # The saturated team: both training jobs run since 3 hours before the epoch (the fleet's
+    # start), the cards at ~98% since; the queued jobs never ran.
+    last_two = speech.buckets[-3].start
+    assert all(0.95 <= b <= 1.0 for b in _busy(speech, last_two)), _busy(speech, last_two)
+    users = {u.user for b in speech.buckets for g in b.gpus for u in g.users}
+    assert users == {"heidi", "ivan"}
+    heidi = [u for g in speech.buckets[-2].gpus for u in g.users if u.user == "heidi"]
+    assert len(heidi) == 2 and all(u.held == pytest.approx(u.seconds, rel=1e-3) for u in heidi)
+    # MIG: the platform node's instances are held by other teams' users, busy == held.
+    mig = [g for g in platform.buckets[-2].gpus if g.mig]
+    assert mig and all(u.gpu_instance_id is not None and u.busy == u.held for g in mig for u in g.users)
+    # Minutes: the last two hours, the current minute among them.
+    assert minutes.resolution == "minute" and minutes.recording and 100 <= len(minutes.buckets) <= 122
+    assert minutes.buckets[-1].start >= now - 120
+    # The past of three nodes (and of the others, in the background) within a few seconds.
+    assert took < 30, took
+
+
+def test_bad_history_arguments_are_invalid_args(silos: Launched) -> None:
+    bad = [
+        {"resolution": "day"},
+        {"resolution": "hour", "since": 10.0, "until": 5.0},
+        {"resolution": "hour", "since": float("1e12")},
+        {"resolution": "hour", "since": -1.0},
+    ]
+    (answers,) = _histories(silos.dir, {"sim-vision-01": list(bad)}).values()  # type: ignore[arg-type]
+    for args, answer in zip(bad, answers, strict=True):
+        assert isinstance(answer, AgentError) and answer.code == "invalid_args", (args, answer)
+
+
+def test_history_files_sit_in_each_node_state_dir(silos: Launched) -> None:
+    _histories(silos.dir, {"sim-analytics-01": [{"resolution": "hour"}]})
+    history = silos.dir / "state" / "sim-analytics-01" / "history"
+    days = sorted(history.glob("hours-*.json"))
+    assert 8 <= len(days) <= 9
+    data = json.loads(days[-1].read_text())
+    assert data["format"] == "gpuops-history" and data["resolution"] == "hour"
+    assert (history / "minutes.json").exists()
