@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "gpuops.cli.tui",
     "gpuops.cli.limiter",
     "gpuops.cli.plan",
+    "gpuops.cli.tenants",
 )
 
 for _name in _COMMAND_MODULES:

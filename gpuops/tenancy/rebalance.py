@@ -4,15 +4,18 @@ the teams' guarantees from evidence and carves the pool's GPUs to enforce them.
 The rules (docs/pools.md#rebalance), each one visible in the proposal's explanations:
 
 1. **Moves.** A GPU in nobody's pool whose GPU-time p95 over the window is at most
-   `idle_p95` (default 10%), observed for at least `min_coverage` of the window, and not in MIG
-   mode (re-carving it would stop its instances), moves into the pool. It keeps its owner.
+   `idle_p95` (default 10%), and in its latest bucket too (work that just started stays where
+   it is), observed for at least `min_coverage` of the window, and not in MIG mode (re-carving
+   it would stop its instances), moves into the pool. It keeps its owner.
 2. **Floors.** Every team's guarantee in the pool is at least the p95 of its GPU-time on the
    pool's GPUs (old members and moved ones) over the window, so that with the silo GPUs it keeps
    no team is guaranteed less than it uses. A guarantee the pool already gives is kept
    (the planner never takes away what a team was promised, unless that is the only way to fit
    the floors, and then it says so).
 3. **Grants.** Whole GPUs left over go to *saturated* teams — those whose p95 use of their own
-   silo is at least `saturated` (90%) of it — in proportion to their silo size.
+   silo is at least `saturated` (90%) of it — in proportion to their silo size, at most as many
+   as each one's silo has (saturation shows that a team wants more, not how much more). What is
+   left is guaranteed to nobody: borrowers use it (`borrowing`).
 4. **Carving.** Guarantees are laid onto GPUs in units of 1% of a GPU: first where each team
    already works, then in order; no GPU gets more than 100%. Under `carving: mig`, a MIG-capable
    GPU is cut into instances of the smallest profile that holds the p95 of its teams' largest
@@ -174,6 +177,12 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
         busy = g.p95_busy()
         if busy > opts.idle_p95 + 1e-12:
             continue
+        latest = next((b for b, o in zip(reversed(g.busy), reversed(g.observed), strict=True) if o > 0), 0.0)
+        if latest > opts.idle_p95 + 1e-12:
+            notes.append(
+                f"{g.label()} stays: idle over the window but {latest:.0%} busy in its latest bucket"
+            )
+            continue
         if g.mig:
             notes.append(f"{g.label()} stays: it is in MIG mode (moving it would re-carve its instances)")
             continue
@@ -230,7 +239,11 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
     granted: dict[str, int] = {}
     spare_gpus = (total_units - sum(units.values())) // UNITS_PER_GPU
     if spare_gpus > 0 and saturated:
-        for team, k in _largest_remainder(saturated, spare_gpus).items():
+        # At most as many GPUs as its silo has: a saturated team at most doubles its capacity in
+        # one round (saturation says it wants more, not how much more).
+        grant = _largest_remainder(saturated, min(spare_gpus, sum(saturated.values())))
+        for team, k in grant.items():
+            k = min(k, saturated[team])
             if k:
                 granted[team] = k * UNITS_PER_GPU
                 units[team] = units.get(team, 0) + k * UNITS_PER_GPU

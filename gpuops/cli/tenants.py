@@ -1,0 +1,213 @@
+"""`gpuops tenants` (per-team accounting over a window) and `gpuops rebalance` (a proposal that
+moves idle silo GPUs into a pool, with guarantees from evidence), both from the nodes' history.
+
+gpuops tenants -f FLEET [--window 24h] [--json]
+gpuops rebalance -f FLEET [--window 7d] [--pool shared] [-o proposed.yaml] [--json]
+    exit 0: nothing to change; 1: error or no feasible proposal; 2: a proposal with changes
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpuops.cli.errors import fail
+from gpuops.cli.fleet import load_or_fail
+from gpuops.core.history import History
+from gpuops.core.units import format_bytes, parse_percent
+from gpuops.fleet.targets import node_targets
+from gpuops.spec import Fleet, dump_fleet, fleet_from_data
+from gpuops.spec.errors import SpecError
+from gpuops.tenancy.accounting import Evidence, WindowError, gather_evidence, parse_window, tenant_usage
+from gpuops.tenancy.gather import no_history, read_histories
+from gpuops.tenancy.rebalance import Options, Proposal, propose, proposed_fleet
+
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+COLUMNS = (
+    "Owned",
+    "Silo",
+    "Guaranteed",
+    "Used",
+    "p95",
+    "Peak",
+    "Borrowed",
+    "Lent",
+    "Idle owned",
+    "Memory",
+    "Share",
+)
+_out = Console(highlight=False, soft_wrap=True)
+
+
+def _evidence(fleet: Fleet, window_text: str, parallel: int) -> Evidence:
+    try:
+        window = parse_window(window_text)
+    except WindowError as exc:
+        fail(str(exc))
+    now = time.time()
+    targets = node_targets(fleet)
+    histories: dict[str, History | str] = asyncio.run(
+        read_histories(targets, window, now, parallel=parallel, handshakes=fleet.max_handshakes)
+    )
+    evidence = gather_evidence(fleet, histories, window, now)
+    missing = {**no_history(histories), **evidence.missing}
+    return dataclasses.replace(evidence, missing=missing)
+
+
+def _gpus(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _warn_missing(evidence: Evidence) -> None:
+    for node, reason in sorted(evidence.missing.items()):
+        _out.print(f"[yellow]{node}: {reason}[/]", markup=True)
+
+
+def tenants_command(
+    fleet_file: Path = typer.Option(..., "-f", "--fleet", help="fleet.yaml (teams, owners, pools)."),
+    window: str = typer.Option("24h", "--window", "-w", help="1m, 1h, 24h, 7d or any N[mhd] up to 90d."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    parallel: int = typer.Option(32, "--parallel", min=1, help="Nodes read at once."),
+) -> None:
+    """Per team over a window: GPUs owned, guaranteed, used (mean, p95, peak), borrowed, lent,
+    idle owned capacity, memory. Figures in GPUs' worth of GPU time."""
+    fleet = load_or_fail(fleet_file)
+    evidence = _evidence(fleet, window, parallel)
+    rows = tenant_usage(evidence, fleet)
+    if as_json:
+        document = {
+            "window": evidence.window.text,
+            "since": evidence.starts[0],
+            "until": evidence.now,
+            "tenants": [dataclasses.asdict(r) for r in rows],
+            "gpus": [
+                {
+                    "node": g.node,
+                    "index": g.index,
+                    "name": g.name,
+                    "owner": g.owner,
+                    "pool": g.pool,
+                    "busy_mean": round(g.mean_busy(), 6),
+                    "busy_p95": round(g.p95_busy(), 6),
+                    "memory_used": round(g.memory_used),
+                    "observed_seconds": g.seconds,
+                    "teams": {t: round(sum(v) / max(1, len(v)), 6) for t, v in sorted(g.teams.items())},
+                }
+                for g in evidence.gpus
+            ],
+            "missing": dict(sorted(evidence.missing.items())),
+        }
+        typer.echo(json.dumps(document, indent=2))
+        raise typer.Exit(EXIT_OK)
+    table = Table(
+        title=f"Tenants over {evidence.window.text} (GPUs' worth of GPU time)", title_justify="left"
+    )
+    for name in (
+        "Team",
+        "Owned",
+        "Silo",
+        "Guaranteed",
+        "Used",
+        "p95",
+        "Peak",
+        "Borrowed",
+        "Lent",
+        "Idle owned",
+    ):
+        table.add_column(name, justify="left" if name == "Team" else "right")
+    table.add_column("Memory", justify="right")
+    table.add_column("Share", justify="right")
+    for r in rows:
+        table.add_row(
+            r.team,
+            str(r.owned),
+            str(r.silo),
+            _gpus(r.guaranteed),
+            _gpus(r.used),
+            _gpus(r.p95),
+            _gpus(r.peak),
+            _gpus(r.borrowed),
+            _gpus(r.lent),
+            _gpus(r.idle_owned),
+            format_bytes(int(r.memory)),
+            f"{r.share:.0%}",
+        )
+    _out.print(table)
+    _warn_missing(evidence)
+
+
+def _proposal_json(p: Proposal) -> dict[str, Any]:
+    return {
+        "pool": p.pool,
+        "window": p.window,
+        "capacity": p.capacity,
+        "infeasible": p.infeasible,
+        "moves": [dataclasses.asdict(m) for m in p.moves],
+        "guarantees": [{**dataclasses.asdict(g), "share": p.share(g.team)} for g in p.guarantees],
+        "carvings": [dataclasses.asdict(c) for c in p.carvings],
+        "notes": list(p.notes),
+        "explanation": p.explain(),
+    }
+
+
+def rebalance_command(
+    fleet_file: Path = typer.Option(..., "-f", "--fleet", help="fleet.yaml (teams, owners, pools)."),
+    window: str = typer.Option("7d", "--window", "-w", help="Evidence window: 24h, 7d, ... (up to 90d)."),
+    pool: str = typer.Option("shared", "--pool", help="The pool to plan (created when missing)."),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Write the proposed fleet.yaml here."),
+    idle: str = typer.Option("10%", "--idle", help="A GPU whose GPU-time p95 is at most this moves."),
+    as_json: bool = typer.Option(False, "--json", help="Print the proposal as JSON."),
+    parallel: int = typer.Option(32, "--parallel", min=1, help="Nodes read at once."),
+) -> None:
+    """Propose moving under-used silo GPUs into a pool, with guarantees no lower than each team's
+    p95 use and a carving that enforces them. Review it, then `gpuops plan`/`apply` the file.
+    Exit 0: nothing to change; 1: error or no feasible proposal; 2: changes proposed."""
+    try:
+        idle_p95 = parse_percent(idle) / 100.0
+    except ValueError as exc:
+        fail(f"--idle: {exc}")
+    fleet = load_or_fail(fleet_file)
+    evidence = _evidence(fleet, window, parallel)
+    proposal = propose(fleet, evidence, Options(pool=pool, idle_p95=idle_p95))
+    if proposal.infeasible:
+        if as_json:
+            typer.echo(json.dumps(_proposal_json(proposal), indent=2))
+        fail(proposal.explain()[0])
+    data = proposed_fleet(fleet, proposal)
+    try:
+        text = dump_fleet(
+            fleet_from_data(data, str(fleet_file), base_dir=fleet_file.parent),
+            comment=f"gpuops rebalance -f {fleet_file} --window {window} --pool {pool}\n"
+            + "\n".join(proposal.explain()),
+        )
+    except SpecError as exc:  # the planner's own output must load; say so plainly if not
+        fail(f"the proposal is not a valid fleet.yaml (a bug): {str(exc).splitlines()[0]}")
+    before = dump_fleet(fleet)
+    changed = dump_fleet(fleet_from_data(data, str(fleet_file), base_dir=fleet_file.parent)) != before
+    if as_json:
+        typer.echo(json.dumps({**_proposal_json(proposal), "changed": changed}, indent=2))
+    else:
+        for line in proposal.explain():
+            _out.print(line)
+        _warn_missing(evidence)
+    if out is not None:
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            fail(f"{out}: {exc.strerror or exc}")
+        if not as_json:
+            _out.print(f"Wrote {out}: review it, then gpuops plan {out} and gpuops apply {out}")
+    raise typer.Exit(EXIT_CHANGES if changed else EXIT_OK)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tenants")(tenants_command)
+    app.command("rebalance")(rebalance_command)

@@ -1,0 +1,59 @@
+"""Reading every node's history rollups over SSH (the `history` request), for `gpuops tenants`,
+`gpuops rebalance` and the TUI's Pool screen."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gpuops.core.history import History
+from gpuops.fleet.agent_client import AgentError
+from gpuops.fleet.collector import NodeTarget
+from gpuops.fleet.session import node_agent
+from gpuops.fleet.ssh import SshError
+from gpuops.tenancy.accounting import Window
+
+READ_TIMEOUT = 60.0
+
+
+async def read_history(
+    target: NodeTarget, window: Window, now: float, handshakes: asyncio.Semaphore | None = None
+) -> History | str:
+    """A node's buckets over the window, or why they could not be read (never raises)."""
+    since = window.starts(now)[0]
+    try:
+        async with node_agent(target, handshakes) as client:
+            return await asyncio.wait_for(client.history(window.resolution, since, now + 1.0), READ_TIMEOUT)
+    except SshError as exc:
+        return exc.message
+    except AgentError as exc:
+        if exc.code == "unknown_op":
+            return "its agent is too old to keep history (no history request)"
+        return exc.message
+    except TimeoutError:
+        return f"no answer within {READ_TIMEOUT:.0f}s"
+    except OSError as exc:
+        return str(exc) or type(exc).__name__
+
+
+async def read_histories(
+    targets: list[NodeTarget], window: Window, now: float, parallel: int = 32, handshakes: int = 32
+) -> dict[str, History | str]:
+    """Every node's history (or the reason it has none), `parallel` at a time, in target order."""
+    slots = asyncio.Semaphore(max(1, parallel))
+    shakes = asyncio.Semaphore(max(1, handshakes))
+
+    async def one(target: NodeTarget) -> History | str:
+        async with slots:
+            return await read_history(target, window, now, shakes)
+
+    results = await asyncio.gather(*(one(t) for t in targets))
+    return {t.name: r for t, r in zip(targets, results, strict=True)}
+
+
+def no_history(histories: dict[str, History | str]) -> dict[str, str]:
+    """Nodes that answered but have no bucket in the window: why that usually is."""
+    return {
+        name: "no history recorded (is the recorder running? gpuops agent --record, docs/history.md)"
+        for name, h in histories.items()
+        if isinstance(h, History) and not h.buckets
+    }

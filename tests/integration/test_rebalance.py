@@ -1,0 +1,91 @@
+"""`gpuops tenants` and `gpuops rebalance` end to end: the real commands (child processes) against
+the simulated `silos` fleet over SSH on 127.0.0.1, its nodes' history rollups as evidence, and the
+proposal taken as is by `gpuops plan` / `apply` / `assert`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuops.fleet.simfleet import Launched, launch, stop
+from gpuops.spec import load_fleet
+from tests.integration.test_plan_apply import gpuops
+
+pytestmark = pytest.mark.timeout(400)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
+    directory = tmp_path_factory.mktemp("rebalance") / "fleet"
+    started = launch(directory, "silos", timeout=60)
+    try:
+        yield started
+    finally:
+        stop(directory)
+
+
+def test_tenants_shows_each_team_over_the_window(fleet: Launched) -> None:
+    result = gpuops("tenants", "-f", str(fleet.dir / "fleet.yaml"), "--window", "24h", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    rows = {r["team"]: r for r in doc["tenants"]}
+    assert {"vision", "speech", "robotics", "chat", "analytics"} <= set(rows)
+    # robotics' 8 GPUs did nothing (a forgotten notebook holds memory at 0%): all idle, owned
+    assert rows["robotics"]["owned"] == 8 and rows["robotics"]["used"] < 0.05
+    assert rows["robotics"]["idle_owned"] > 7.9
+    # speech saturates its 4 cards at its busiest hours
+    assert rows["speech"]["owned"] == 4 and rows["speech"]["p95"] > 3.6
+    assert rows["speech"]["guaranteed"] == 4
+    assert abs(sum(r["share"] for r in doc["tenants"]) - 1.0) < 1e-6
+    assert len(doc["gpus"]) == sum(r["owned"] for r in doc["tenants"])
+    text = gpuops("tenants", "-f", str(fleet.dir / "fleet.yaml"), "--window", "1h")
+    assert text.returncode == 0, text.stderr
+    assert "Tenants over 1h" in text.stdout and "robotics" in text.stdout
+
+
+def test_rebalance_proposal_plans_applies_and_converges(fleet: Launched) -> None:
+    proposed = fleet.dir / "proposed.yaml"
+    result = gpuops(
+        "rebalance", "-f", str(fleet.dir / "fleet.yaml"), "--window", "24h", "-o", str(proposed), "--json"
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    moved = {(m["node"], m["index"]) for m in doc["moves"]}
+    assert {("sim-robotics-01", i) for i in range(8)} <= moved
+    assert {("sim-analytics-01", i) for i in range(4)} <= moved
+    assert not any(node == "sim-speech-01" for node, _ in moved)  # busy cards stay in their silo
+    guarantees = {g["team"]: g for g in doc["guarantees"]}
+    assert guarantees["speech"]["granted"] >= 100  # the saturated team gets whole GPUs
+    assert all(g["units"] >= g["floor"] for g in doc["guarantees"])
+    assert any("robotics" in line for line in doc["explanation"])
+
+    new = load_fleet(proposed)  # valid fleet.yaml, as written
+    assert new.pool_of("sim-robotics-01", 3) == "shared"
+    assert new.gpu_owner("sim-robotics-01", 3) == "robotics"  # a pooled GPU keeps its owner
+    assert sum(g.share for g in new.pools["shared"].guarantees.values()) <= 100.01
+
+    plan = gpuops("plan", str(proposed), "--json")
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    kinds = {a["kind"] for n in json.loads(plan.stdout)["nodes"] for g in n["gpus"] for a in g["actions"]}
+    assert "limiter" in kinds
+    applied = gpuops("apply", str(proposed), "--yes", timeout=240)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    checked = gpuops("assert", str(proposed))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    again = gpuops("rebalance", "-f", str(proposed), "--window", "24h", "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(again.stdout)["moves"] == []
+
+
+def test_bad_inputs_give_one_line(fleet: Launched, tmp_path: Path) -> None:
+    result = gpuops("tenants", "-f", str(fleet.dir / "fleet.yaml"), "--window", "soon")
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0 and "window 'soon'" in result.stderr
+    result = gpuops("rebalance", "-f", str(fleet.dir / "fleet.yaml"), "--idle", "lots")
+    assert result.returncode == 1 and "--idle" in result.stderr and "Traceback" not in result.stderr
+    missing = gpuops("rebalance", "-f", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
