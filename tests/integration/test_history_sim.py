@@ -135,3 +135,57 @@ def test_history_files_sit_in_each_node_state_dir(silos: Launched) -> None:
     data = json.loads(days[-1].read_text())
     assert data["format"] == "gpuops-history" and data["resolution"] == "hour"
     assert (history / "minutes.json").exists()
+
+
+def test_the_past_follows_the_spec_and_big_fleets_fill_it_on_demand(tmp_path: Path) -> None:
+    """Work queued at the epoch is not running in the past, even once started live; a fleet
+    bigger than `background_nodes` gets a node's past only when it is asked for."""
+    from gpuops.fleet.simfleet import build_fleet
+    from gpuops.fleet.simfleet.history import SimHistory
+    from gpuops.node.backends.sim import SimBackend
+    from gpuops.node.history import read_history
+
+    epoch = float(int(time.time()))
+    plan = build_fleet("silos", 3, 0, epoch=epoch, utc_offset="+00:00")
+    backends = [(n.name, SimBackend(spec=n.spec), n.spec) for n in plan.nodes]
+    speech = next(b for name, b, _ in backends if name == "sim-speech-01")
+    assert isinstance(speech, SimBackend)
+    speech.start_workload("speech-eval-queued", gpus=[0])  # live from now on
+    history = SimHistory(backends, tmp_path, interval=0.1, background_nodes=2)
+
+    async def run() -> None:
+        task = asyncio.create_task(history.run())
+        try:
+            await asyncio.sleep(0.5)
+            assert history.backfilled == 0 and history.samples > 3
+            await history.prepare("sim-speech-01")
+            assert history.backfilled == 1
+            await asyncio.sleep(0.5)
+            await history.prepare("sim-speech-01")  # once only
+            assert history.backfilled == 1
+        finally:
+            history.close()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(run())
+    directory = str(tmp_path / "sim-speech-01" / "history")
+    now = time.time()
+    hours = read_history(directory, "hour", now - 7 * 86400, now + 60, now=now)
+    assert len(hours.buckets) >= 168
+
+    def heidi_on_gpu0(bucket_list: tuple[object, ...]) -> list[int]:
+        return [
+            u.processes
+            for b in bucket_list
+            for g in b.gpus  # type: ignore[attr-defined]
+            if g.index == 0
+            for u in g.users
+            if u.user == "heidi"
+        ]
+
+    past = [b for b in hours.buckets if b.start + HOUR <= epoch]
+    assert max(heidi_on_gpu0(tuple(past))) == 1  # the queued job never ran before the epoch
+    minutes = read_history(directory, "minute", now - 60, now + 60, now=now)
+    assert max(heidi_on_gpu0(minutes.buckets)) == 2  # it runs now
+    assert not (tmp_path / "sim-robotics-01" / "history" / "minutes.json").exists()  # never asked

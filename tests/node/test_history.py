@@ -424,3 +424,25 @@ def test_the_agent_reads_its_history_dir_and_runs_the_hook(tmp_path: Path) -> No
         and len(h.buckets) == 1
         and h.buckets[0].gpus[0].seconds == 20.0
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["-m", "gpuops.node", "agent"], "give one of --stdio"),
+        (["-m", "gpuops.node", "agent", "--stdio", "--record"], "give one of --stdio"),
+        (["-m", "gpuops", "agent"], "--stdio"),
+        (["-m", "gpuops", "agent", "--stdio", "--record"], "not both"),
+        (["-m", "gpuops.node", "agent", "--record", "--record-interval", "0"], "--record-interval must lie"),
+    ],
+)
+def test_agent_mode_usage_errors(argv: list[str], says: str, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, *argv, "--history-dir", str(tmp_path / "h")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    assert says in done.stderr and "Traceback" not in done.stderr
