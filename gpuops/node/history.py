@@ -63,7 +63,7 @@ MINUTES_FILE = "minutes.json"
 LOCK_FILE = "recorder.lock"
 DEFAULT_INTERVAL = 10.0  # seconds between samples in service mode
 MIN_INTERVAL = 0.05
-MAX_INTERVAL = 3600.0
+MAX_INTERVAL = 60.0  # a recorder writes on a sample: at most every minute keeps `recording` true
 FLUSH_EVERY = 60.0  # seconds between writes, at most
 KEEP_DAYS = 35  # hour buckets, in day files
 KEEP_MINUTES = 120  # minute buckets
@@ -464,8 +464,8 @@ class Recorder:
 
     `interval`: the recording interval; a sample counts for the time since the previous one, at
     most 2 x interval (a longer gap counts nothing). `flush_every`: seconds of the clock between
-    writes (and at the end of each hour); `autoflush=False` writes only on `flush()` and when a
-    day is done (for a backfill). `durable=False` skips the fsyncs (the simulator). `clock`
+    writes (and at the end of each hour); `autoflush=False` writes only on `flush()` and when an
+    hour is done. `durable=False` skips the fsyncs (the simulator). `clock`
     decides what "the last 120 minutes" and "35 days" are and when to write."""
 
     def __init__(
