@@ -1,0 +1,878 @@
+"""What the Pool screen works on: the fleet's silos and a pool over a window of history, a change
+to the pool (GPUs moved in or out by hand, or the planner's proposal) as a new fleet.yaml, its
+plan, and applying it.
+
+Nothing here draws or knows Textual; the screen runs each step in a worker. Every step that reads
+nodes is a coroutine; the computing parts (evidence, the planner, YAML) run in a thread so that a
+big fleet does not stall the screen. An expected failure is a `PoolError` with one line for a
+person (a node that cannot be read is not a failure: it is listed in `PoolView.missing`).
+
+The steps, as `gpuops tenants`, `rebalance`, `plan` and `apply` do them:
+
+1. `PoolSource.load(window, pool)`: fleet.yaml, every node's history over the window
+   (`read_histories`) and live state (`read_fleet`: MIG layout, limiter table), evidence per GPU
+   and the per-team figures of the silos and the pool (`PoolView`).
+2. `draft_moves(view, current, join, leave)` or `draft_planner(view, current)`: the new fleet.yaml
+   data (`Draft`): GPU selections of `pools.<name>.gpus` added or taken out, then the planner
+   (`propose` + `proposed_fleet`) recomputes the guarantees and the carve entries marked
+   `pool: NAME` for the new members. A GPU taken out of the pool gets `limiter: {enabled: false}`
+   when nothing else in fleet.yaml sets its limiter, so that the pool's tenant lines leave with it.
+3. `PoolSource.review(draft)`: the new file's text and its plan against the live nodes (what
+   `gpuops plan` prints).
+4. `PoolSource.apply(review)`: fleet.yaml rewritten (atomically, the old one kept as
+   `fleet.yaml.bak-<time>`), then the reviewed plan applied per node (`apply_fleet`), each node's
+   result listed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import io
+import os
+import stat
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from gpuops.core.history import History
+from gpuops.core.model import Gpu
+from gpuops.core.units import format_bytes, format_percent
+from gpuops.fleet.collector import Collector
+from gpuops.fleet.targets import node_targets
+from gpuops.plan.apply import CHANGED, PARTIAL, UNCHANGED, NodeResult, apply_fleet
+from gpuops.plan.diff import make_plan
+from gpuops.plan.live import NodeLive, read_fleet
+from gpuops.plan.model import Plan, digest
+from gpuops.plan.render import plan_lines
+from gpuops.spec import Fleet, dump_fleet, fleet_from_data, load_fleet, parse_fleet
+from gpuops.spec.errors import SpecError
+from gpuops.spec.pools import pool_selects
+from gpuops.spec.selectors import parse_selector
+from gpuops.tenancy.accounting import (
+    Evidence,
+    Window,
+    WindowError,
+    gather_evidence,
+    parse_window,
+    tenant_usage,
+)
+from gpuops.tenancy.gather import no_history, read_histories
+from gpuops.tenancy.rebalance import Options, Proposal, propose, proposed_fleet
+from gpuops.tui.feed import CollectorSource
+
+WINDOWS = ("1h", "24h", "7d")
+DEFAULT_WINDOW = "24h"
+DEFAULT_POOL = "shared"
+NO_MOVES = -1.0  # Options.idle_p95 below any GPU-time: the planner moves nothing on its own
+APPLY_PARALLEL = 10
+
+GpuKey = tuple[str, int]  # (node, index)
+
+
+class PoolError(Exception):
+    """An expected failure of a Pool screen step; the message is one line for a person."""
+
+
+def key_text(key: GpuKey) -> str:
+    return f"{key[0]}:{key[1]}"
+
+
+def parse_key(text: str) -> GpuKey:
+    node, _, index = text.rpartition(":")
+    return node, int(index)
+
+
+class FleetFileSource(CollectorSource):
+    """fleet.yaml's nodes over SSH, remembering the file (the Pool screen rewrites it)."""
+
+    def __init__(self, collector: Collector, label: str, fleet_file: Path) -> None:
+        super().__init__(collector, label)
+        self.fleet_file = fleet_file
+
+
+# ---- what the screen shows --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    """A GPU the operator may name: from the nodes' history or their live inventory."""
+
+    node: str
+    index: int
+    uuid: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class PoolGpu:
+    """One GPU over the window: where it is (silo or pool), how busy, who used it."""
+
+    node: str
+    index: int
+    name: str
+    uuid: str
+    owner: str | None
+    pool: str | None
+    p95: float  # of its busy fraction per bucket
+    mean: float
+    coverage: float  # of the window's buckets with data
+    users: tuple[tuple[str, float], ...]  # (team, mean GPU-time), largest first
+    mig: bool
+
+    @property
+    def key(self) -> GpuKey:
+        return (self.node, self.index)
+
+    @property
+    def label(self) -> str:
+        return key_text(self.key)
+
+
+@dataclass(frozen=True)
+class TeamSide:
+    """A team's silo and its part of the pool, side by side (GPU-equivalents; means over the
+    window's observed buckets)."""
+
+    team: str
+    silo_gpus: int  # GPUs it owns outside any pool
+    silo_used: float  # its GPU-time on them
+    silo_idle: float  # their idle capacity
+    pool_gpus: int  # GPUs it owns in the pool (contributed)
+    guaranteed: float  # its guarantee in the pool: share x the pool's GPUs
+    pool_used: float  # its GPU-time on the pool's GPUs
+    pool_idle: float  # guarantee it did not use: guaranteed - pool_used, at least 0
+    borrowed: float  # GPU-time beyond its guarantees, outside its silo
+    p95: float  # p95 of its GPU-time, fleet-wide
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """fleet.yaml, the evidence over a window and the live state, for one pool."""
+
+    file: Path
+    data: bytes  # fleet.yaml as read (its digest guards the rewrite)
+    fleet: Fleet
+    pool: str
+    window: Window
+    read_at: float
+    histories: Mapping[str, History | str]
+    evidence: Evidence
+    lives: Mapping[str, NodeLive]
+    teams: tuple[TeamSide, ...]
+    gpus: tuple[PoolGpu, ...]
+    missing: Mapping[str, str]  # node -> why its history or live state is not here
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        names = list(self.fleet.pools)
+        return tuple(names if self.pool in names else [*names, self.pool])
+
+    @property
+    def members(self) -> int:
+        return sum(1 for g in self.gpus if g.pool == self.pool)
+
+    def carving(self, key: GpuKey) -> str:
+        """What the node has on this GPU now: its MIG instances and limiter tenant lines."""
+        live = self.lives.get(key[0])
+        if live is None or not live.ok:
+            return ""
+        gpu = next((g for g in live.gpus if g.info.index == key[1]), None)
+        return carving_text(live, gpu) if gpu is not None else ""
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A change to the pool, not yet reviewed or applied: the new fleet.yaml data."""
+
+    view: PoolView
+    kind: str  # "moves" (by hand) or "planner"
+    data: dict[str, Any]
+    fleet: Fleet
+    proposal: Proposal
+    explanation: tuple[str, ...]
+    joined: tuple[GpuKey, ...]  # GPUs that enter the pool, against the file on disk
+    left: tuple[GpuKey, ...]  # GPUs that leave it
+    where: Mapping[GpuKey, str | None]  # each GPU's pool after the change
+    teams: tuple[TeamSide, ...]  # the figures with the new members and guarantees
+    changed: bool  # whether fleet.yaml changes at all
+
+
+@dataclass(frozen=True)
+class Review:
+    """A draft with its fleet.yaml text and its plan against the live nodes."""
+
+    draft: Draft
+    text: str
+    plan: Plan
+    lines: tuple[str, ...]  # rich markup, as `gpuops plan` prints them
+    preserved: bool  # the text keeps the file's comments and layout (else: written anew)
+
+    @property
+    def todo(self) -> dict[str, Any]:
+        return {n.name: n for n in self.plan.nodes if n.changes or n.failed}
+
+
+@dataclass(frozen=True)
+class Applied:
+    review: Review
+    backup: Path | None
+    results: tuple[NodeResult, ...]
+    lines: tuple[str, ...] = field(default=())  # rich markup
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+
+# ---- figures ----------------------------------------------------------------------------------------
+
+
+def _mean(values: Sequence[float], weights: Sequence[float]) -> float:
+    total = sum(weights)
+    if total <= 0:
+        return 0.0
+    return sum(v * w for v, w in zip(values, weights, strict=True)) / total
+
+
+def repool(evidence: Evidence, fleet: Fleet) -> Evidence:
+    """The evidence with each GPU's pool as `fleet` says (evidence keeps the pools of the fleet it
+    was gathered with)."""
+    names = {n.name for n in fleet.nodes}
+    gpus = tuple(
+        dataclasses.replace(
+            g,
+            pool=fleet.pool_of(g.node, g.index, g.uuid or None, g.name or None) if g.node in names else None,
+        )
+        for g in evidence.gpus
+    )
+    return dataclasses.replace(evidence, gpus=gpus)
+
+
+def team_sides(evidence: Evidence, fleet: Fleet, pool: str) -> tuple[TeamSide, ...]:
+    """Per team: silo and pool figures (teams with nothing in either are left out)."""
+    weights = [1.0 if s else 0.0 for s in evidence.observed()]
+    members = [g for g in evidence.gpus if g.pool == pool]
+    entry = fleet.pools.get(pool)
+    guarantees = entry.guarantees if entry is not None else {}
+    rows = []
+    for u in tenant_usage(evidence, fleet):
+        own = [g for g in evidence.gpus if g.owner == u.team]
+        silo = [g for g in own if g.pool is None]
+        mine = [g for g in own if g.pool == pool]
+        g = guarantees.get(u.team)
+        guaranteed = g.share / 100.0 * len(members) if g is not None else 0.0
+        pool_used = _mean(evidence.team_series(u.team, members), weights)
+        side = TeamSide(
+            team=u.team,
+            silo_gpus=len(silo),
+            silo_used=_mean(evidence.team_series(u.team, silo), weights),
+            silo_idle=u.idle_owned,
+            pool_gpus=len(mine),
+            guaranteed=guaranteed,
+            pool_used=pool_used,
+            pool_idle=max(0.0, guaranteed - pool_used),
+            borrowed=u.borrowed,
+            p95=u.p95,
+        )
+        if own or guaranteed or u.used >= 0.005:
+            rows.append(side)
+    return tuple(rows)
+
+
+def pool_gpus(evidence: Evidence) -> tuple[PoolGpu, ...]:
+    n = max(1, len(evidence.starts))
+    out = []
+    for g in evidence.gpus:
+        users = sorted(
+            ((team, _mean(series, g.observed)) for team, series in g.teams.items()),
+            key=lambda tu: (-tu[1], tu[0]),
+        )
+        out.append(
+            PoolGpu(
+                node=g.node,
+                index=g.index,
+                name=g.name,
+                uuid=g.uuid,
+                owner=g.owner,
+                pool=g.pool,
+                p95=g.p95_busy(),
+                mean=g.mean_busy(),
+                coverage=sum(1 for o in g.observed if o > 0) / n,
+                users=tuple((t, v) for t, v in users if v >= 0.005),
+                mig=g.mig,
+            )
+        )
+    return tuple(out)
+
+
+def carving_text(live: NodeLive, gpu: Gpu) -> str:
+    """'limiter vision 100%, * best-effort' / 'MIG 3g.40gb, 1g.10gb x2' / 'MIG off'."""
+    parts = []
+    if gpu.mig is not None and gpu.mig.current:
+        counts: dict[str, int] = {}
+        for gi in gpu.mig.gpu_instances:
+            counts[gi.profile_name] = counts.get(gi.profile_name, 0) + 1
+        shown = ", ".join(f"{p} x{c}" if c > 1 else p for p, c in sorted(counts.items()))
+        parts.append(f"MIG {shown or 'on, no instances'}")
+    if live.limiter is not None:
+        lines = sorted(
+            (line for line in live.limiter if line.applies_to(gpu)), key=lambda t: (t.name == "*", t.name)
+        )
+        if lines:
+            terms = []
+            for line in lines:
+                what = format_percent(line.compute) if line.compute is not None else line.policy
+                if line.memory is not None:
+                    what += f" {format_bytes(line.memory)}"
+                terms.append(f"{line.name} {what}")
+            parts.append("limiter " + ", ".join(terms))
+    return " · ".join(parts)
+
+
+# ---- fleet.yaml data ----------------------------------------------------------------------------------
+
+
+def fleet_data(fleet: Fleet) -> dict[str, Any]:
+    data = fleet.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    data["version"] = fleet.version
+    return {"version": data.pop("version"), **data}
+
+
+def gpus_text(indices: Iterable[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    parts: list[str] = []
+    run: list[int] = []
+    for i in sorted(set(indices)):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [i]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def _by_node(keys: Iterable[GpuKey], order: Sequence[str]) -> list[tuple[str, list[int]]]:
+    groups: dict[str, list[int]] = {}
+    for node, index in keys:
+        groups.setdefault(node, []).append(index)
+    rank = {n: i for i, n in enumerate(order)}
+    return sorted(groups.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+
+
+def without(
+    fleet: Fleet, pool: str, selects: list[Any], leave: set[GpuKey], known: Sequence[GpuRef]
+) -> list[Any]:
+    """The pool's member selections (`selects`: the data of `fleet.pools[pool].gpus`, in order)
+    with the GPUs of `leave` taken out: a selection that selects none of them stays as written;
+    one that does is replaced by explicit selections of the other GPUs it selects (there is no
+    way to write "these nodes but not that GPU"). Raises PoolError when that needs GPUs nobody
+    knows (a selected node with no history and no live data)."""
+    entry = fleet.pools[pool]
+    nodes = {n.name: n for n in fleet.nodes}
+    by_node: dict[str, list[GpuRef]] = {}
+    for ref in known:
+        by_node.setdefault(ref.node, []).append(ref)
+    out: list[Any] = []
+    for sel, data in zip(entry.gpus, selects, strict=True):
+        picked: list[GpuRef] = []
+        unknown: list[str] = []
+        matcher = parse_selector(sel.nodes)
+        for name, node in nodes.items():
+            if not matcher.matches(node.name, node.labels):
+                continue
+            refs = by_node.get(name, [])
+            if not refs:
+                unknown.append(name)
+            picked += [r for r in refs if pool_selects(sel, node, r.index, r.uuid or None, r.name or None)]
+        if not any((r.node, r.index) in leave for r in picked):
+            out.append(data)
+            continue
+        if unknown:
+            raise PoolError(
+                f"cannot take GPUs out of pool {pool}: its selection {_show(data)} also selects "
+                f"{unknown[0]}, whose GPUs are not known (no history, no live data); edit fleet.yaml"
+            )
+        keep = [(r.node, r.index) for r in picked if (r.node, r.index) not in leave]
+        for node_name, indices in _by_node(keep, list(nodes)):
+            out.append({"nodes": node_name, "gpus": gpus_text(indices)})
+    return out
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_show(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return str(value)
+
+
+def _load_data(data: dict[str, Any], view: PoolView) -> Fleet:
+    try:
+        return fleet_from_data(data, str(view.file), base_dir=view.file.parent)
+    except SpecError as exc:  # our own output must load; say so plainly if not
+        raise PoolError(f"the new fleet.yaml does not load (a bug): {str(exc).splitlines()[0]}") from None
+
+
+def _refs(view: PoolView, known: Sequence[GpuRef]) -> list[GpuRef]:
+    """Every GPU known, from the evidence and from the live inventories, once each."""
+    seen: dict[GpuKey, GpuRef] = {}
+    for g in view.evidence.gpus:
+        seen[(g.node, g.index)] = GpuRef(g.node, g.index, g.uuid, g.name)
+    for live in view.lives.values():
+        for gpu in live.gpus:
+            seen.setdefault(
+                (live.name, gpu.info.index), GpuRef(live.name, gpu.info.index, gpu.info.uuid, gpu.info.name)
+            )
+    for ref in known:
+        seen.setdefault((ref.node, ref.index), ref)
+    return list(seen.values())
+
+
+def _silo_returns(
+    view: PoolView, data: dict[str, Any], fleet: Fleet, left: Sequence[GpuKey], refs: Mapping[GpuKey, GpuRef]
+) -> tuple[dict[str, Any], list[str]]:
+    """Carve entries that clear the limiter lines of GPUs leaving the pool (when nothing else in
+    fleet.yaml sets their limiter), and notes for MIG layouts that stay."""
+    clear: list[GpuKey] = []
+    notes = []
+    for key in left:
+        ref = refs.get(key, GpuRef(*key))
+        uuid, model = ref.uuid or None, ref.name or None
+        if fleet.pool_of(key[0], key[1], uuid, model) is not None:
+            continue
+        after = fleet.desired_for(key[0], key[1], uuid, model)
+        before = view.fleet.desired_for(key[0], key[1], uuid, model)
+        live = view.lives.get(key[0])
+        gpu = next((g for g in live.gpus if g.info.index == key[1]), None) if live is not None else None
+        has_lines = bool(
+            gpu is not None
+            and live is not None
+            and live.limiter
+            and any(x.applies_to(gpu) for x in live.limiter)
+        )
+        if after.limiter is None and (before.limiter is not None or has_lines):
+            clear.append(key)
+        if after.mig is None and before.mig is not None:
+            notes.append(f"{key_text(key)} keeps its MIG layout (nothing in fleet.yaml carves it any more)")
+    if not clear:
+        return data, notes
+    carve = list(data.get("carve", []))
+    for node, indices in _by_node(clear, [n.name for n in fleet.nodes]):
+        carve.append({"select": {"nodes": node, "gpus": gpus_text(indices)}, "limiter": {"enabled": False}})
+        notes.append(f"{node}:{gpus_text(indices)}: the pool's limiter lines are removed (back in the silo)")
+    return {**data, "carve": carve}, notes
+
+
+def _explain(proposal: Proposal, extra: Sequence[str], by_hand: bool) -> tuple[str, ...]:
+    lines = proposal.explain()
+    if by_hand and not proposal.moves and lines and lines[0].startswith("no GPU to move into pool"):
+        lines = lines[1:]
+    return (*extra, *lines)
+
+
+def _finish(
+    view: PoolView,
+    kind: str,
+    data: dict[str, Any],
+    proposal: Proposal,
+    explanation: Sequence[str],
+) -> Draft:
+    fleet = _load_data(data, view)
+    evidence = repool(view.evidence, fleet)
+    where = {(g.node, g.index): g.pool for g in evidence.gpus}
+    before = {g.key: g.pool for g in view.gpus}
+    pool = view.pool
+    joined = tuple(k for k, p in where.items() if p == pool and before.get(k) != pool)
+    left = tuple(k for k, p in where.items() if p != pool and before.get(k) == pool)
+    return Draft(
+        view=view,
+        kind=kind,
+        data=data,
+        fleet=fleet,
+        proposal=proposal,
+        explanation=tuple(explanation),
+        joined=joined,
+        left=left,
+        where=where,
+        teams=team_sides(evidence, fleet, pool),
+        changed=dump_fleet(fleet) != dump_fleet(view.fleet),
+    )
+
+
+def draft_moves(
+    view: PoolView,
+    current: Draft | None,
+    join: Iterable[GpuKey] = (),
+    leave: Iterable[GpuKey] = (),
+    known: Sequence[GpuRef] = (),
+) -> Draft:
+    """GPUs moved into the pool (`join`) or back to their owners' silos (`leave`) by hand, on top
+    of the change under review (`current`), with guarantees and carving recomputed by the
+    planner (which moves nothing else on its own)."""
+    pool = view.pool
+    base = current.fleet if current is not None else view.fleet
+    evidence = repool(view.evidence, base)
+    where = {(g.node, g.index): g.pool for g in evidence.gpus}
+    by_key = {(g.node, g.index): g for g in evidence.gpus}
+    join, leave = sorted(set(join)), sorted(set(leave))
+    for key in join:
+        other = where.get(key)
+        if other is not None and other != pool:
+            raise PoolError(f"{key_text(key)} is in pool {other}: take it out of that pool first")
+    add = [k for k in join if where.get(k) is None]
+    out = [k for k in leave if where.get(k) == pool]
+    if not add and not out:
+        if join:
+            raise PoolError(f"{_few(join)} {'is' if len(join) == 1 else 'are'} in pool {pool} already")
+        if leave:
+            raise PoolError(f"{_few(leave)} {'is' if len(leave) == 1 else 'are'} not in pool {pool}")
+        raise PoolError("no GPU to move: mark GPUs with space first")
+    data = fleet_data(base)
+    entry = data.setdefault("pools", {}).setdefault(pool, {})
+    selects = list(entry.get("gpus", []))
+    refs = _refs(view, known)
+    if out:
+        selects = without(base, pool, selects, set(out), refs)
+    order = [n.name for n in base.nodes]
+    for node, indices in _by_node(add, order):
+        selects.append({"nodes": node, "gpus": gpus_text(indices)})
+    entry["gpus"] = selects
+    middle = _load_data(data, view)
+    proposal = propose(middle, repool(view.evidence, middle), Options(pool=pool, idle_p95=NO_MOVES))
+    if proposal.infeasible:
+        raise PoolError(proposal.explain()[0])
+    new = proposed_fleet(middle, proposal)
+    new, notes = _silo_returns(view, new, _load_data(new, view), out, {(r.node, r.index): r for r in refs})
+    lines = []
+    for key in add:
+        g = by_key.get(key)
+        whose = f"{g.owner}'s silo" if g is not None and g.owner else "nobody's"
+        figures = f": GPU-time p95 {g.p95_busy():.0%}, mean {g.mean_busy():.0%}" if g is not None else ""
+        lines.append(f"{key_text(key)} ({whose}) joins pool {pool}, moved by hand{figures}")
+    for key in out:
+        g = by_key.get(key)
+        whose = f"{g.owner}'s silo" if g is not None and g.owner else "no silo (nobody owns it)"
+        lines.append(f"{key_text(key)} leaves pool {pool} for {whose}, moved by hand")
+    explanation = _on_top(current) + _explain(proposal, lines, True) + tuple(notes)
+    return _finish(view, "moves", new, proposal, explanation)
+
+
+def draft_planner(view: PoolView, current: Draft | None = None) -> Draft:
+    """The planner's proposal for the pool (on top of the change under review, if any)."""
+    base = current.fleet if current is not None else view.fleet
+    proposal = propose(base, repool(view.evidence, base), Options(pool=view.pool))
+    if proposal.infeasible:
+        raise PoolError(proposal.explain()[0])
+    explanation = _on_top(current) + tuple(proposal.explain())
+    return _finish(view, "planner", proposed_fleet(base, proposal), proposal, explanation)
+
+
+def _on_top(current: Draft | None) -> tuple[str, ...]:
+    """A first line saying what the change is made on top of (the change under review)."""
+    if current is None or not (current.joined or current.left):
+        return ()
+    what = []
+    if current.joined:
+        what.append(f"{_few(current.joined)} into pool {current.view.pool}")
+    if current.left:
+        what.append(f"{_few(current.left)} back to the silos")
+    return (f"on top of the change under review: {' and '.join(what)}",)
+
+
+def _few(keys: Sequence[GpuKey]) -> str:
+    shown = ", ".join(key_text(k) for k in keys[:3])
+    return shown + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+# ---- fleet.yaml text -----------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _styled(value: Any) -> Any:
+    """Short mappings and lists of plain values on one line, as dump_fleet writes them."""
+    if isinstance(value, dict):
+        mapping = CommentedMap((k, _styled(v)) for k, v in value.items())
+        if not value or (all(_plain(v) for v in value.values()) and len(repr(value)) <= 72):
+            mapping.fa.set_flow_style()
+        return mapping
+    if isinstance(value, list):
+        seq = CommentedSeq(_styled(v) for v in value)
+        if not value or (all(_plain(v) for v in value) and len(repr(value)) <= 72):
+            seq.fa.set_flow_style()
+        return seq
+    return value
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt", pure=True)
+    yaml.preserve_quotes = True
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.width = 110
+    return yaml
+
+
+def _edited(original: str, pool: str, data: dict[str, Any]) -> str:
+    """The original text with `pools.<pool>` replaced and the carve entries marked `pool: <pool>`
+    replaced by the new ones; everything else (comments, order, other entries) as written."""
+    yaml = _yaml()
+    doc = yaml.load(original)
+    if not isinstance(doc, CommentedMap):
+        raise ValueError("not a mapping")
+    pools = doc.get("pools")
+    if not isinstance(pools, CommentedMap):
+        pools = CommentedMap()
+        doc["pools"] = pools
+    pools[pool] = _styled(data["pools"][pool])
+    written = doc.get("carve")
+    if written is not None and not isinstance(written, list):
+        raise ValueError("carve is not a list")
+    kept = [e for e in written or [] if not (isinstance(e, dict) and e.get("pool") == pool)]
+    wanted = list(data.get("carve", []))
+    others = [e for e in wanted[: len(kept)] if e.get("pool") != pool]
+    if len(others) != len(kept):
+        raise ValueError("carve entries do not line up")
+    added = [_styled(e) for e in wanted[len(kept) :]]
+    if kept or added or written is not None:
+        carve = CommentedSeq([*kept, *added])
+        doc["carve"] = carve
+    out = io.StringIO()
+    yaml.dump(doc, out)
+    return out.getvalue()
+
+
+def fleet_text(view: PoolView, draft: Draft) -> tuple[str, bool]:
+    """The new fleet.yaml text, and whether it keeps the file's comments and layout: the file
+    edited in place where that reads back as the draft's fleet, else the whole file written anew."""
+    try:
+        text = _edited(view.data.decode("utf-8"), view.pool, draft.data)
+        parsed = parse_fleet(text, str(view.file), base_dir=view.file.parent)
+        if dump_fleet(parsed) == dump_fleet(draft.fleet):
+            return text, True
+    except (SpecError, ValueError, TypeError, KeyError, UnicodeDecodeError, AttributeError):
+        pass
+    except Exception:  # ruamel's own errors have no common base worth naming: fall back
+        pass
+    comment = (
+        f"Written by the gpuops TUI's Pool screen (pool {view.pool}); the previous file is kept as a backup"
+    )
+    return dump_fleet(draft.fleet, comment=comment), False
+
+
+def backup_path(path: Path, now: float) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    candidate = path.with_name(f"{path.name}.bak-{stamp}")
+    n = 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.bak-{stamp}-{n}")
+    return candidate
+
+
+def write_fleet(path: Path, expected: bytes, text: str, now: float) -> Path:
+    """Replace fleet.yaml atomically, after keeping the current file as `<name>.bak-<time>`.
+    Refuses when the file is no longer what was read (someone else changed it)."""
+    target = path.resolve()
+    try:
+        current = target.read_bytes()
+    except OSError as exc:
+        raise PoolError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if digest(current) != digest(expected):
+        raise PoolError(
+            f"{path} changed since it was read: nothing written or applied; press r to read it again"
+        )
+    backup = backup_path(target, now)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+        backup.write_bytes(current)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise PoolError(f"cannot write {path}: {exc.strerror or exc}; nothing applied") from None
+    return backup
+
+
+def result_lines(results: Sequence[NodeResult]) -> list[str]:
+    """Per node what was done and not (rich markup), and a summary, as `gpuops apply` prints."""
+    lines = []
+    for r in sorted(results, key=lambda r: r.name):
+        style = {CHANGED: "green", UNCHANGED: "dim", PARTIAL: "yellow"}.get(r.status, "red")
+        line = f"[bold]node {escape(r.name)}[/]: [{style}]{r.status}[/]"
+        lines.append(line + (f": {escape(r.error)}" if r.error else ""))
+        lines += [f"  [green]done[/] {escape(x)}" for x in r.done]
+        lines += [f"  [red]not done[/] {escape(x)}" for x in r.refused]
+    counts = {s: sum(r.status == s for r in results) for s in (CHANGED, UNCHANGED, PARTIAL)}
+    bad = len(results) - sum(counts.values())
+    lines.append(
+        f"Apply: {counts[CHANGED]} node(s) changed, {counts[UNCHANGED]} unchanged, "
+        f"{counts[PARTIAL]} partly done, {bad} refused or failed."
+    )
+    return lines
+
+
+# ---- the source -------------------------------------------------------------------------------------
+
+
+class PoolSource:
+    """The Pool screen's link to fleet.yaml and the nodes."""
+
+    def __init__(self, fleet_file: Path, parallel: int = 32) -> None:
+        self.fleet_file = fleet_file
+        self.parallel = parallel
+
+    def read_file(self) -> tuple[Fleet, bytes]:
+        try:
+            data = self.fleet_file.read_bytes()
+        except OSError as exc:
+            raise PoolError(f"cannot read {self.fleet_file}: {exc.strerror or exc}") from None
+        try:
+            fleet = load_fleet(str(self.fleet_file))
+        except SpecError as exc:
+            lines = str(exc).splitlines()
+            more = f" (and {len(lines) - 1} more: gpuops validate)" if len(lines) > 1 else ""
+            raise PoolError((lines[0] if lines else "fleet.yaml does not load") + more) from None
+        return fleet, data
+
+    async def load(
+        self,
+        window_text: str = DEFAULT_WINDOW,
+        pool: str | None = None,
+        histories: Mapping[str, History | str] | None = None,
+        now: float | None = None,
+    ) -> PoolView:
+        """fleet.yaml, each node's history over the window (or `histories` already read for it)
+        and live state. Nodes that cannot be read are listed in `missing`."""
+        try:
+            window = parse_window(window_text)
+        except WindowError as exc:
+            raise PoolError(str(exc)) from None
+        fleet, data = self.read_file()
+        now = time.time() if now is None else now
+        targets = node_targets(fleet)
+        shakes = fleet.max_handshakes
+        reads: list[Any] = [read_fleet(targets, parallel=self.parallel, handshakes=shakes)]
+        if histories is None:
+            reads.append(read_histories(targets, window, now, parallel=self.parallel, handshakes=shakes))
+        answers = await asyncio.gather(*reads)
+        lives: list[NodeLive] = answers[0]
+        read: Mapping[str, History | str] = answers[1] if histories is None else histories
+        name = pool or (next(iter(fleet.pools)) if fleet.pools else DEFAULT_POOL)
+        return await asyncio.to_thread(self._view, fleet, data, name, window, now, read, lives)
+
+    def _view(
+        self,
+        fleet: Fleet,
+        data: bytes,
+        pool: str,
+        window: Window,
+        now: float,
+        histories: Mapping[str, History | str],
+        lives: Sequence[NodeLive],
+    ) -> PoolView:
+        evidence = gather_evidence(fleet, histories, window, now)
+        missing: dict[str, str] = {**no_history(dict(histories)), **evidence.missing}
+        for live in lives:
+            if not live.ok and live.name not in missing:
+                missing[live.name] = f"live state: {live.error or 'no data'}"
+        return PoolView(
+            file=self.fleet_file,
+            data=data,
+            fleet=fleet,
+            pool=pool,
+            window=window,
+            read_at=now,
+            histories=histories,
+            evidence=evidence,
+            lives={live.name: live for live in lives},
+            teams=team_sides(evidence, fleet, pool),
+            gpus=pool_gpus(evidence),
+            missing=missing,
+        )
+
+    async def moves(
+        self,
+        view: PoolView,
+        current: Draft | None,
+        join: Iterable[GpuKey],
+        leave: Iterable[GpuKey],
+        known: Sequence[GpuRef],
+    ) -> Review:
+        draft = await asyncio.to_thread(draft_moves, view, current, list(join), list(leave), list(known))
+        return await self.review(draft)
+
+    async def planner(self, view: PoolView, current: Draft | None) -> Review:
+        draft = await asyncio.to_thread(draft_planner, view, current)
+        return await self.review(draft)
+
+    async def review(self, draft: Draft) -> Review:
+        """The draft's fleet.yaml text and its plan against the nodes as they are now."""
+        view = draft.view
+        text, preserved = await asyncio.to_thread(fleet_text, view, draft)
+        targets = node_targets(draft.fleet)
+        lives = await read_fleet(targets, parallel=self.parallel, handshakes=draft.fleet.max_handshakes)
+        plan = await asyncio.to_thread(
+            make_plan, draft.fleet, lives, str(view.file), digest(text.encode("utf-8")), time.time()
+        )
+        return Review(draft, text, plan, tuple(plan_lines(plan)), preserved)
+
+    async def apply(self, review: Review, now: float | None = None) -> Applied:
+        """Write the new fleet.yaml (backup first), then apply the reviewed plan node by node."""
+        view, draft = review.draft.view, review.draft
+        now = time.time() if now is None else now
+        backup = None
+        if draft.changed:
+            backup = await asyncio.to_thread(write_fleet, view.file, view.data, review.text, now)
+        todo = review.todo
+        results: list[NodeResult] = []
+        if todo:
+            targets = node_targets(draft.fleet)
+            results = await apply_fleet(draft.fleet, targets, todo, force=False, parallel=APPLY_PARALLEL)
+        lines = (
+            result_lines(results) if results else ["Nothing to apply on the nodes: the plan has no changes."]
+        )
+        return Applied(review, backup, tuple(results), tuple(lines))
+
+
+__all__ = [
+    "DEFAULT_POOL",
+    "DEFAULT_WINDOW",
+    "WINDOWS",
+    "Applied",
+    "Draft",
+    "FleetFileSource",
+    "GpuRef",
+    "PoolError",
+    "PoolGpu",
+    "PoolSource",
+    "PoolView",
+    "Review",
+    "TeamSide",
+    "carving_text",
+    "draft_moves",
+    "draft_planner",
+    "fleet_text",
+    "repool",
+    "team_sides",
+    "without",
+    "write_fleet",
+]
