@@ -52,13 +52,14 @@ def fleet_source(
     from gpuops.fleet.collector import Collector
     from gpuops.fleet.targets import node_targets
     from gpuops.fleet.views import Ownership
-    from gpuops.tui.feed import CollectorSource
+    from gpuops.tui.pool_source import FleetFileSource
 
     fleet = load_or_fail(fleet_file)
     every = parse_interval(interval, float(fleet.interval))
     collector = Collector(node_targets(fleet), interval=every, max_handshakes=fleet.max_handshakes)
     text = label or f"{fleet_file} ({len(fleet.nodes)} nodes)"
-    return CollectorSource(collector, text), Ownership.from_fleet(fleet)
+    # The source remembers the file: the Pool screen reads and rewrites it (run_tui).
+    return FleetFileSource(collector, text, fleet_file), Ownership.from_fleet(fleet)
 
 
 async def _local_backend_error(backend: str, sim_spec: str | None) -> str:
@@ -91,11 +92,14 @@ def local_source(interval: str | None, backend: str, sim_spec: str | None) -> Lo
 
 
 def run_tui(source: FleetSource, ownership: Ownership, readonly: bool) -> None:
-    """Run the TUI until the user quits; SIGTERM and SIGHUP quit it cleanly too."""
+    """Run the TUI until the user quits; SIGTERM and SIGHUP quit it cleanly too. A source made from
+    a fleet.yaml (fleet_source) gives the Pool screen that file."""
     from gpuops.tui.app import GpuopsApp
     from gpuops.tui.feed import Feed
+    from gpuops.tui.pool_source import FleetFileSource, PoolSource
 
-    app = GpuopsApp(Feed(source, ownership), readonly=readonly, handle_signals=True, tune_gc=True)
+    pool = PoolSource(source.fleet_file) if isinstance(source, FleetFileSource) else None
+    app = GpuopsApp(Feed(source, ownership), readonly=readonly, handle_signals=True, tune_gc=True, pool=pool)
     app.run()
     if app.return_code:
         raise typer.Exit(app.return_code)

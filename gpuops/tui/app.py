@@ -1,4 +1,4 @@
-"""The gpuops TUI application: four views (Textual modes) over one data feed, k9s keys.
+"""The gpuops TUI application: five views (Textual modes) over one data feed, k9s keys.
 
 The feed runs as a worker on Textual's event loop and hands each new FleetState to the screen in
 front only; a screen brought back to the front draws the latest state once. Screens never
@@ -12,7 +12,7 @@ import contextlib
 import gc
 import signal
 from collections.abc import Callable
-from typing import ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from textual.actions import SkipAction
 from textual.app import App
@@ -28,7 +28,12 @@ from gpuops.tui.screens.events import EventsScreen
 from gpuops.tui.screens.fleet import FleetScreen
 from gpuops.tui.screens.help import HelpScreen
 from gpuops.tui.screens.nodes import NodesScreen
+from gpuops.tui.screens.pool import CHANGES as POOL_CHANGES
+from gpuops.tui.screens.pool import PoolScreen
 from gpuops.tui.screens.tenants import TenantsScreen
+
+if TYPE_CHECKING:
+    from gpuops.tui.pool_source import PoolSource
 
 VIEW_ALIASES = {
     "gpus": "gpus",
@@ -45,12 +50,11 @@ VIEW_ALIASES = {
     "events": "events",
     "event": "events",
     "ev": "events",
+    "pool": "pool",
+    "pools": "pool",
 }
 QUIT = {"q", "quit", "q!", "exit"}
-NOT_YET = {
-    "pool": "pools are not available yet: shared pools with guarantees come in a later version",
-    "pools": "pools are not available yet: shared pools with guarantees come in a later version",
-}
+NOT_YET: dict[str, str] = {}  # commands of views still to come: name -> what to say
 
 
 def _complete(name: str) -> str:
@@ -75,9 +79,10 @@ def _tune_gc() -> None:
     gc.set_threshold(20_000, 20, 100)
 
 
-# Actions that change the fleet (apply a plan, move GPUs, kill a process). None exists yet; each
-# one added must be listed here: --readonly disables them, and they ask for confirmation.
-DESTRUCTIVE_ACTIONS: frozenset[str] = frozenset()
+# Actions that change the fleet (apply a plan, move GPUs, kill a process); each one added must be
+# listed here: --readonly disables them, and they ask for confirmation. The Pool screen's: move
+# GPUs into the pool or back (m, b), apply the reviewed change (a, after a y/n question).
+DESTRUCTIVE_ACTIONS: frozenset[str] = frozenset(POOL_CHANGES)
 
 
 class GpuopsApp(App[None]):
@@ -98,6 +103,7 @@ class GpuopsApp(App[None]):
         "nodes": NodesScreen,
         "tenants": TenantsScreen,
         "events": EventsScreen,
+        "pool": PoolScreen,
     }
     ENABLE_COMMAND_PALETTE = False
     TITLE = "gpuops"
@@ -111,6 +117,7 @@ class GpuopsApp(App[None]):
         destructive: frozenset[str] = DESTRUCTIVE_ACTIONS,
         handle_signals: bool = False,
         tune_gc: bool = False,
+        pool: PoolSource | None = None,
     ) -> None:
         super().__init__()
         self.feed = feed
@@ -119,6 +126,7 @@ class GpuopsApp(App[None]):
         self.destructive = destructive
         self.handle_signals = handle_signals
         self.tune_gc = tune_gc
+        self.pool_source = pool  # fleet.yaml for the Pool screen; None: this host, no pools
         self.fleet_state: FleetState | None = None
         self.history: list[str] = []
         self.published = 0

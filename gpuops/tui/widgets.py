@@ -14,7 +14,7 @@ from gpuops.fleet.summary import UNOWNED
 from gpuops.fleet.views import EMPTY_MIG, FREE, LOST, SLICE, Cell, FleetStatus, NodeRow, TenantRow, Totals
 from gpuops.tui import render
 
-VIEWS = ("gpus", "nodes", "tenants", "events")
+VIEWS = ("gpus", "nodes", "tenants", "events", "pool")
 COMMANDS = ("gpus", "nodes", "tenants", "events", "pool", "help", "quit", "q")
 
 

@@ -120,8 +120,8 @@ def test_every_screen_by_keys_and_back(make_app: AppFactory) -> None:
         await pilot.press("escape")  # back to the grid
         await pilot.pause()
         assert app.current_mode == "gpus"
-        await command(pilot, "pool")
-        assert "not available yet" in status(app)
+        await command(pilot, "pool")  # no fleet.yaml behind this app: the Pool screen says so
+        assert app.current_mode == "pool" and "needs a fleet.yaml" in status(app)
         await command(pilot, "bogus")
         bar = app.screen.query_one(PromptBar)
         assert bar.is_open and "unknown command 'bogus'" in str(bar.query_one("#prompt-hint", Static).content)

@@ -20,7 +20,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     (":nodes [filter]", "one row per node: state, data age, owner, GPUs, busy, util, memory"),
     (":tenants [filter]", "per team: owned, used, borrowed, idle, waste, GPU-time share, sparklines"),
     (":events [filter]", "nodes going stale or unreachable and back, agent errors"),
-    (":pool", "shared pools (not available yet)"),
+    (":pool [filter]", "silos and the pool per team: move GPUs, ask the planner, plan, apply"),
     (":help", "this screen"),
     (":q", "quit (also :quit, q, ctrl-c)"),
 )

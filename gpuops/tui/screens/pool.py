@@ -1,0 +1,709 @@
+"""`:pool`: the teams' silos and a shared pool side by side, and changing the pool: mark GPUs and
+move them into the pool or back to their owners' silos, or ask the planner; review the proposal
+and its plan (what `gpuops plan` prints); apply it after confirmation, then see the new layout.
+
+The figures come from the nodes' history over a window (1h, 24h, 7d), not from the live feed;
+reading histories and plans takes seconds, so every step runs in a worker and the screen says
+what it is waiting for. The logic lives in `gpuops.tui.pool_source`; this module only draws and
+dispatches keys. Moving and applying are refused under --readonly; the planner's proposal and
+its plan can still be looked at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Static
+
+from gpuops.core.model import NotAvailable
+from gpuops.fleet.summary import UNOWNED, short_model
+from gpuops.tui import render
+from gpuops.tui.feed import FleetState
+from gpuops.tui.keys import TABLE_KEYS, Key
+from gpuops.tui.pool_source import (
+    DEFAULT_WINDOW,
+    WINDOWS,
+    Applied,
+    Draft,
+    GpuKey,
+    GpuRef,
+    PoolError,
+    PoolGpu,
+    PoolSource,
+    PoolView,
+    Review,
+    TeamSide,
+    parse_key,
+)
+from gpuops.tui.screens.base import ViewScreen, screen_bindings
+from gpuops.tui.screens.confirm import ConfirmScreen
+from gpuops.tui.table import Cell, Column, LiveTable, Row
+
+log = logging.getLogger("gpuops.tui")
+
+TEAM_COLUMNS = (
+    Column("Team", "team"),
+    Column("Silo GPUs", "silo", "right"),
+    Column("Silo used", "silo-used", "right"),
+    Column("Silo idle", "silo-idle", "right"),
+    Column("│", "sep"),
+    Column("Pool GPUs", "pool", "right"),
+    Column("Guaranteed", "guaranteed", "right"),
+    Column("Pool used", "pool-used", "right"),
+    Column("Pool idle", "pool-idle", "right"),
+    Column("│", "sep2"),
+    Column("Borrowed", "borrowed", "right"),
+    Column("Use p95", "p95", "right"),
+)
+GPU_COLUMNS = (
+    Column(" ", "mark"),
+    Column("GPU", "gpu"),
+    Column("Model", "model"),
+    Column("Owner", "owner"),
+    Column("In", "in"),
+    Column("p95 busy", "p95", "right"),
+    Column("Mean busy", "mean", "right"),
+    Column("Now", "now", "right"),
+    Column("Used by (window)", "users"),
+    Column("Live carving", "carving"),
+)
+MARK = "●"
+CHANGED = "bold #ffd75f"
+POOL_STYLE = "#5fd7ff"
+IDLE_STYLE = "#ffd75f"
+NO_FLEET = "the Pool screen needs a fleet.yaml: gpuops tui -f fleet.yaml (or gpuops demo)"
+MAX_MISSING = 3
+ALL_TEAMS = "(all teams)"  # the key of the totals row (no team name has parentheses)
+
+# Actions that change the fleet (app.DESTRUCTIVE_ACTIONS lists them: --readonly refuses them).
+MOVE_IN, MOVE_BACK, APPLY = "move_into_pool", "move_back_to_silo", "apply_pool_change"
+CHANGES = frozenset({MOVE_IN, MOVE_BACK, APPLY})
+
+
+def _gpus(value: float) -> str:
+    return render.gpus(value)
+
+
+class PoolScreen(ViewScreen):
+    VIEW = "pool"
+    TITLE = "pool (silos and the shared pool)"
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        *TABLE_KEYS,
+        Key("space", "Space", "mark or unmark the GPU under the cursor", "mark"),
+        Key("m", "m", "move the marked GPUs (else the one under the cursor) into the pool", MOVE_IN),
+        Key(
+            "b",
+            "b",
+            "move the marked GPUs (else the one under the cursor) back to their silos",
+            MOVE_BACK,
+        ),
+        Key("p", "p", "ask the planner: idle silo GPUs into the pool, guarantees from evidence", "propose"),
+        Key("a", "a", "apply the change under review (asks first; fleet.yaml gets a backup)", APPLY),
+        Key("c", "c", "clear: unmark every GPU and drop the change under review", "clear"),
+        Key("w", "w", "evidence window: 1h, 24h, 7d (reads the nodes' history again)", "window"),
+        Key("o", "o", "the next pool of fleet.yaml", "next_pool"),
+        Key("r", "r", "read fleet.yaml, the nodes' history and live state again", "reload"),
+        Key("tab", "Tab", "move between the GPU list and the review panel (↑ ↓ scroll it)", "switch_focus"),
+    )
+    SORTS: ClassVar[dict[str, tuple[str, str]]] = {
+        "N": ("node", "node and GPU index (the default)"),
+        "B": ("busy", "GPU-time p95 over the window"),
+        "O": ("owner", "owner"),
+        "I": ("in", "silo or pool"),
+    }
+    DEFAULT_SORT = "node"
+    FILTER_HINT = "matches GPU, model, owner, silo/pool and users; !re hides matches"
+    BINDINGS = screen_bindings(KEYS, SORTS)
+    DEFAULT_CSS = """
+    #pool-head { height: auto; max-height: 9; padding: 0 1; }
+    #pool-teams { height: auto; max-height: 14; border-bottom: solid $panel; }
+    #pool-gpus { height: 1fr; min-height: 8; }
+    #pool-review { height: 1fr; display: none; border-top: solid $accent; padding: 0 1; }
+    #pool-review.open { display: block; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.window = DEFAULT_WINDOW
+        self.pool_name: str | None = None
+        self.view: PoolView | None = None
+        self.review: Review | None = None
+        self.applied: Applied | None = None
+        self.marked: set[str] = set()
+        self.job = ""  # what the worker is doing, "" when idle
+        self.error = ""  # the last step's failure, one line
+        self.jobs = 0  # steps finished (tests wait on it)
+        self._token = 0
+
+    # ---- structure -----------------------------------------------------------------------------
+
+    @property
+    def source(self) -> PoolSource | None:
+        return self.gapp.pool_source
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="pool-head")
+        teams = LiveTable(TEAM_COLUMNS, id="pool-teams", zebra=False)
+        teams.can_focus = False
+        yield teams
+        yield LiveTable(GPU_COLUMNS, id="pool-gpus")
+        with VerticalScroll(id="pool-review"):
+            yield Static(id="pool-review-text")
+
+    def main_widget(self) -> Widget | None:
+        return self.query_one("#pool-gpus", LiveTable)
+
+    @property
+    def draft(self) -> Draft | None:
+        return self.review.draft if self.review is not None else None
+
+    def on_screen_resume(self) -> None:
+        super().on_screen_resume()
+        if self.view is None and not self.job and not self.error:
+            self.action_reload()
+        else:
+            self.draw_pool()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The pool's own changes stay bound under --readonly, so that pressing them says why not.
+        if action in CHANGES:
+            return True
+        return super().check_action(action, parameters)
+
+    # ---- drawing ---------------------------------------------------------------------------------
+
+    def draw(self, state: FleetState) -> None:
+        self.draw_pool()
+
+    def redraw(self) -> None:
+        if self.state is not None:
+            self.show(self.state)
+        else:
+            self.draw_pool()
+            self.draw_bars()
+
+    def draw_pool(self) -> None:
+        if not self.is_mounted:
+            return
+        self._head()
+        self._teams()
+        self._gpu_rows()
+        self._review()
+
+    def _head(self) -> None:
+        text = Text()
+        view = self.view
+        if self.source is None:
+            text.append(NO_FLEET, style="bold yellow")
+            self.query_one("#pool-head", Static).update(text)
+            return
+        name = view.pool if view is not None else (self.pool_name or "…")
+        text.append(f"pool {name}", style=f"bold {POOL_STYLE}")
+        if view is not None:
+            entry = view.fleet.pools.get(view.pool)
+            if entry is None:
+                text.append(" · not in fleet.yaml yet (m or p makes it)", style="dim")
+            else:
+                text.append(f" · {render.count(view.members, 'GPU')}")
+                text.append(f" · {entry.policy} · {entry.carving} carving")
+                text.append(" · borrowing" if entry.borrowing else " · no borrowing")
+                if entry.guarantees:
+                    shares = ", ".join(f"{t} {g.share:g}%" for t, g in entry.guarantees.items())
+                    text.append(f" · guarantees {shares}")
+            others = [p for p in view.pools if p != view.pool]
+            if others:
+                text.append(f" · other pools: {', '.join(others)} (o)", style="dim")
+            nodes = len(view.fleet.nodes)
+            age = max(0.0, time.time() - view.read_at)
+            text.append(
+                f"\nevidence: {view.window.text} ({view.window.resolution} buckets) from "
+                f"{nodes - len(view.missing)} of {render.count(nodes, 'node')}, read {render.age(age)} ago",
+            )
+            text.append("  w window · r read again", style="dim")
+        else:
+            text.append(f"\nevidence: {self.window}", style="dim")
+        if self.job:
+            text.append(f"\n⟳ {self.job}…", style="bold yellow")
+        if self.error:
+            text.append(f"\n✖ {self.error}", style="bold red")
+        if view is not None and view.missing:
+            items = sorted(view.missing.items())
+            for node, reason in items[:MAX_MISSING]:
+                text.append(f"\n✖ {node}: {reason}", style="red")
+            if len(items) > MAX_MISSING:
+                text.append(f"\n  … and {len(items) - MAX_MISSING} more nodes without data", style="red")
+        if self.gapp.readonly:
+            text.append(
+                "\nREADONLY: moving GPUs and applying are disabled; p still shows the planner's proposal"
+            )
+        self.query_one("#pool-head", Static).update(text)
+
+    def _teams(self) -> None:
+        table = self.query_one("#pool-teams", LiveTable)
+        view = self.view
+        if view is None:
+            table.set_rows([])
+            return
+        draft = self.draft
+        before = {t.team: t for t in view.teams}
+        after = {t.team: t for t in draft.teams} if draft is not None else {}
+        names = sorted(set(before) | set(after), key=lambda t: (t in (UNOWNED, "-"), t))
+        rows: list[Row] = []
+        for team in names:
+            rows.append((team, self._team_cells(team, before.get(team), after.get(team) if draft else None)))
+        total_before = _total(list(before.values()))
+        total_after = _total(list(after.values())) if draft is not None else None
+        rows.append((ALL_TEAMS, self._team_cells("all teams", total_before, total_after, bold=True)))
+        table.set_rows(rows)
+
+    @staticmethod
+    def _team_cells(
+        team: str, before: TeamSide | None, after: TeamSide | None, bold: bool = False
+    ) -> tuple[Cell, ...]:
+        def cell(attr: str, style: str = "") -> Text:
+            old = getattr(before, attr) if before is not None else 0
+            if after is None:
+                value = float(old)
+                return Text(_gpus(value), style=style if value >= 0.05 else "")
+            new = getattr(after, attr)
+            if _gpus(float(old)) == _gpus(float(new)):
+                return Text(_gpus(float(new)), style=style if float(new) >= 0.05 else "")
+            return Text(f"{_gpus(float(old))} → {_gpus(float(new))}", style=CHANGED)
+
+        name = team if team != UNOWNED else "unowned"
+        sep = Text("│", style="dim")
+        return (
+            Text(name, style="bold" if not bold else "bold italic"),
+            cell("silo_gpus"),
+            cell("silo_used"),
+            cell("silo_idle", IDLE_STYLE),
+            sep,
+            cell("pool_gpus", POOL_STYLE),
+            cell("guaranteed", POOL_STYLE),
+            cell("pool_used"),
+            cell("pool_idle", IDLE_STYLE),
+            sep,
+            cell("borrowed", "#87d787"),
+            Text("") if bold else cell("p95"),
+        )
+
+    def _sorted(self, gpus: tuple[PoolGpu, ...]) -> list[PoolGpu]:
+        view = self.view
+        order = {n.name: i for i, n in enumerate(view.fleet.nodes)} if view is not None else {}
+        natural = sorted(gpus, key=lambda g: (order.get(g.node, len(order)), g.node, g.index))
+        where = self._where()
+        keys: dict[str, Callable[[PoolGpu], object]] = {
+            "busy": lambda g: -g.p95,
+            "owner": lambda g: g.owner or "~",
+            "in": lambda g: where.get(g.key) or "~",
+        }
+        key = keys.get(self.sort)
+        out = sorted(natural, key=key) if key is not None else natural  # type: ignore[arg-type]
+        return list(reversed(out)) if self.reverse else out
+
+    def _where(self) -> dict[GpuKey, str | None]:
+        draft = self.draft
+        if draft is not None:
+            return dict(draft.where)
+        return {g.key: g.pool for g in self.view.gpus} if self.view is not None else {}
+
+    def _gpu_rows(self) -> None:
+        table = self.query_one("#pool-gpus", LiveTable)
+        view = self.view
+        if view is None:
+            table.set_rows([])
+            return
+        draft = self.draft
+        rows: list[Row] = []
+        for g in self._sorted(view.gpus):
+            new = draft.where.get(g.key, g.pool) if draft is not None else g.pool
+            where = self._in_text(g.pool, new)
+            users = ", ".join(f"{t if t != UNOWNED else 'unowned'} {v:.0%}" for t, v in g.users[:3])
+            if len(g.users) > 3:
+                users += f" +{len(g.users) - 3}"
+            if self.filter is not None:
+                hay = f"{g.label} {g.name} {g.owner or ''} {where.plain} {users}"
+                if not self.filter.matches(hay):
+                    continue
+            marked = g.label in self.marked
+            rows.append(
+                (
+                    g.label,
+                    (
+                        Text(MARK if marked else " ", style="bold #ffd75f"),
+                        Text(g.label, style="bold #ffd75f" if marked else "bold"),
+                        short_model(g.name) + (" MIG" if g.mig else ""),
+                        g.owner or "-",
+                        where,
+                        Text(f"{g.p95:.0%}", style=IDLE_STYLE if g.p95 < 0.1 else ""),
+                        f"{g.mean:.0%}",
+                        self._now(g),
+                        Text(users or "nobody", style="" if users else "dim"),
+                        Text(view.carving(g.key), style="#87afd7"),
+                    ),
+                )
+            )
+        table.set_rows(rows)
+
+    @staticmethod
+    def _in_text(old: str | None, new: str | None) -> Text:
+        def name(pool: str | None) -> str:
+            return "silo" if pool is None else f"pool {pool}"
+
+        if old == new:
+            return Text(name(old), style=POOL_STYLE if old is not None else "dim")
+        return Text(f"{name(old)} → {name(new)}", style=CHANGED)
+
+    def _now(self, g: PoolGpu) -> str:
+        state = self.state
+        node = state.node(g.node) if state is not None else None
+        if node is None or node.sample is None:
+            return render.NA
+        gpu = next((x for x in node.sample.gpus if x.info.index == g.index), None)
+        util = gpu.sample.utilization_gpu_percent if gpu is not None and gpu.sample is not None else None
+        if util is None or isinstance(util, NotAvailable):
+            return render.NA
+        return render.percent(float(util))
+
+    def _review(self) -> None:
+        panel = self.query_one("#pool-review", VerticalScroll)
+        out = self.query_one("#pool-review-text", Static)
+        review, applied = self.review, self.applied
+        if review is None and applied is None:
+            panel.set_class(False, "open")
+            out.update("")
+            return
+        panel.set_class(True, "open")
+        if review is not None:
+            out.update(self._review_text(review))
+        elif applied is not None:
+            out.update(self._applied_text(applied))
+
+    def _review_text(self, review: Review) -> Text:
+        draft = review.draft
+        view = draft.view
+        text = Text()
+        if draft.kind == "planner":
+            text.append(f"The planner's proposal for pool {view.pool} over {view.window.text}", style="bold")
+        else:
+            moved = []
+            if draft.joined:
+                moved.append(f"{render.count(len(draft.joined), 'GPU')} into pool {view.pool}")
+            if draft.left:
+                moved.append(f"{render.count(len(draft.left), 'GPU')} back to their silos")
+            text.append("Moved by hand: " + (" and ".join(moved) or "nothing"), style="bold")
+        text.append("  (c drops it)\n", style="dim")
+        for line in draft.explanation:
+            text.append(f"  {line}\n")
+        if not draft.changed:
+            text.append(f"\nfleet.yaml does not change ({view.file}).\n", style="dim")
+        else:
+            how = (
+                "edited in place, its comments kept"
+                if review.preserved
+                else "written anew (comments not kept)"
+            )
+            text.append(f"\nfleet.yaml: {view.file} — {how}\n", style="dim")
+        text.append("Plan (what gpuops plan prints for the new fleet.yaml):\n", style="bold")
+        for line in review.lines:
+            text.append_text(Text.from_markup(line))
+            text.append("\n")
+        if self.gapp.readonly:
+            text.append("READONLY: applying is disabled (started with --readonly)", style="bold #ffaf00")
+        elif draft.changed or review.plan.changes:
+            text.append(
+                "a: apply — asks first, then writes fleet.yaml (backup kept) and applies the plan",
+                style="bold",
+            )
+        return text
+
+    @staticmethod
+    def _applied_text(applied: Applied) -> Text:
+        text = Text()
+        view = applied.review.draft.view
+        text.append("Applied", style="bold green" if applied.ok else "bold red")
+        if applied.backup is not None:
+            text.append(f": {view.file} written; the previous file is {applied.backup}\n")
+        else:
+            text.append(": fleet.yaml unchanged\n")
+        for line in applied.lines:
+            text.append_text(Text.from_markup(line))
+            text.append("\n")
+        text.append(
+            "The lists above show the new layout: fleet.yaml and the nodes' live state read again.",
+            style="dim",
+        )
+        return text
+
+    # ---- jobs ------------------------------------------------------------------------------------
+
+    def _start(self, what: str, job: Callable[[], Awaitable[None]], *, restart: bool = False) -> bool:
+        """Run one step in a worker; one at a time (a new read may replace a read under way)."""
+        if self.source is None:
+            self.flash(NO_FLEET)
+            return False
+        if self.job and not (restart and self.job.startswith("reading")):
+            self.flash(f"busy: {self.job}; wait for it")
+            return False
+        self._token += 1
+        token = self._token
+        self.job, self.error = what, ""
+        self.draw_pool()
+
+        async def run() -> None:
+            try:
+                await job()
+            except PoolError as exc:
+                if token == self._token:
+                    self.error = str(exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug must not take the screen down: one line, logged
+                log.exception("pool screen: %s", what)
+                if token == self._token:
+                    self.error = (
+                        f"{what} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    )
+            finally:
+                if token == self._token:
+                    self.job = ""
+                    self.jobs += 1
+                    self.redraw()
+
+        self.run_worker(run(), name=f"pool: {what}", group="pool", exclusive=True, exit_on_error=False)
+        return True
+
+    def _load(self, what: str, keep_histories: bool = False) -> None:
+        source = self.source
+        view = self.view
+        window, pool = self.window, self.pool_name
+
+        async def job() -> None:
+            assert source is not None
+            if keep_histories and view is not None and view.window.text == window:
+                new = await source.load(window, pool, histories=view.histories, now=view.read_at)
+            else:
+                new = await source.load(window, pool)
+            self.view = new
+            self.pool_name = new.pool
+
+        self._start(what, job, restart=True)
+
+    def _known(self) -> list[GpuRef]:
+        state = self.state or self.gapp.fleet_state
+        refs = []
+        if state is not None:
+            for node in state.snapshot.nodes:
+                for gpu in node.inventory.gpus if node.inventory is not None else ():
+                    refs.append(GpuRef(node.name, gpu.info.index, gpu.info.uuid, gpu.info.name))
+        return refs
+
+    def _chosen(self) -> list[GpuKey]:
+        """The marked GPUs, else the one under the cursor."""
+        if self.marked:
+            return sorted(parse_key(k) for k in self.marked)
+        key = self.query_one("#pool-gpus", LiveTable).cursor_key
+        return [parse_key(key)] if key else []
+
+    def _move(self, action: str) -> None:
+        if not self.gapp.allowed(action):
+            return
+        source, view = self.source, self.view
+        if source is None or view is None:
+            self.flash(NO_FLEET if source is None else "wait for the evidence to be read")
+            return
+        chosen = self._chosen()
+        if not chosen:
+            self.flash("no GPU to move: mark GPUs with space")
+            return
+        current = self.draft
+        join = chosen if action == MOVE_IN else []
+        leave = chosen if action == MOVE_BACK else []
+        known = self._known()
+        what = "into the pool" if action == MOVE_IN else "back to the silos"
+
+        async def job() -> None:
+            assert source is not None and view is not None
+            review = await source.moves(view, current, join, leave, known)
+            self.review, self.applied = review, None
+            self.marked.clear()
+
+        self._start(f"planning {render.count(len(chosen), 'GPU')} {what}", job)
+
+    # ---- keys ------------------------------------------------------------------------------------
+
+    def action_mark(self) -> None:
+        key = self.query_one("#pool-gpus", LiveTable).cursor_key
+        if key is None:
+            return
+        if key in self.marked:
+            self.marked.discard(key)
+        else:
+            self.marked.add(key)
+        self.draw_pool()
+        self.query_one("#pool-gpus", LiveTable).action_move(1)
+
+    def action_move_into_pool(self) -> None:
+        self._move(MOVE_IN)
+
+    def action_move_back_to_silo(self) -> None:
+        self._move(MOVE_BACK)
+
+    def action_propose(self) -> None:
+        source, view = self.source, self.view
+        if source is None or view is None:
+            self.flash(NO_FLEET if source is None else "wait for the evidence to be read")
+            return
+        current = self.draft
+
+        async def job() -> None:
+            assert source is not None and view is not None
+            review = await source.planner(view, current)
+            self.review, self.applied = review, None
+
+        self._start(f"asking the planner for pool {view.pool}", job)
+
+    def action_apply_pool_change(self) -> None:
+        if not self.gapp.allowed(APPLY):
+            return
+        review = self.review
+        if review is None:
+            self.flash("nothing to apply: move GPUs (m, b) or ask the planner (p) first")
+            return
+        if self.job:
+            self.flash(f"busy: {self.job}; wait for it")
+            return
+        draft = review.draft
+        if not draft.changed and not review.plan.changes:
+            self.flash("nothing to apply: fleet.yaml and the nodes already agree")
+            return
+        c = review.plan.counts()
+        body = Text()
+        if draft.changed:
+            body.append(f"{draft.view.file} is rewritten first; the current file is kept as a backup\n")
+            body.append(f"({draft.view.file.name}.bak-<time>).\n")
+        if review.plan.changes:
+            body.append(
+                f"Then {c['add']} to add, {c['change']} to change, {c['remove']} to remove on "
+                f"{render.count(c['gpus'], 'GPU')} of {render.count(c['nodes'], 'node')} are applied.\n"
+            )
+        if c["disruptive"]:
+            body.append(
+                f"{c['disruptive']} change(s) are disruptive: a node refuses them while processes are in "
+                "the way (no --force here: use gpuops apply --force).\n",
+                style="bold red",
+            )
+        failed = [n.name for n in review.plan.nodes if n.failed]
+        if failed:
+            body.append(f"Not planned (errors): {', '.join(failed[:5])}.\n", style="red")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._apply(review)
+            else:
+                self.flash("nothing applied")
+
+        self.app.push_screen(
+            ConfirmScreen(f"Apply the change to pool {draft.view.pool}?", body, "y: apply"), answered
+        )
+
+    def _apply(self, review: Review) -> None:
+        source = self.source
+        window, pool = self.window, review.draft.view.pool
+
+        async def job() -> None:
+            assert source is not None
+            applied = await source.apply(review)
+            self.review, self.applied = None, applied
+            self.marked.clear()
+            view = review.draft.view
+            # The new layout: fleet.yaml read again (the pools as written), the same evidence
+            # (the history did not change), the nodes' live state read again.
+            self.view = await source.load(window, pool, histories=view.histories, now=view.read_at)
+
+        self._start("applying: writing fleet.yaml, then the plan node by node", job)
+
+    def action_clear(self) -> None:
+        dropped = self.review is not None
+        self.marked.clear()
+        self.review = None
+        self.applied = None
+        self.draw_pool()
+        self.flash("dropped the change under review" if dropped else "marks cleared")
+
+    def _drop_for(self, why: str) -> None:
+        if self.review is not None:
+            self.review = None
+            self.flash(f"dropped the change under review ({why})")
+        self.applied = None
+        self.marked.clear()
+
+    def action_window(self) -> None:
+        if self.job.startswith("applying"):
+            self.flash(f"busy: {self.job}; wait for it")
+            return
+        at = WINDOWS.index(self.window) if self.window in WINDOWS else -1
+        self.window = WINDOWS[(at + 1) % len(WINDOWS)]
+        self._drop_for(f"window now {self.window}")
+        self._load(f"reading the nodes' history over {self.window}")
+
+    def action_next_pool(self) -> None:
+        view = self.view
+        if view is None or len(view.pools) < 2:
+            self.flash("fleet.yaml has no other pool")
+            return
+        if self.job:
+            self.flash(f"busy: {self.job}; wait for it")
+            return
+        pools = view.pools
+        self.pool_name = pools[(pools.index(view.pool) + 1) % len(pools)]
+        self._drop_for(f"pool now {self.pool_name}")
+        self._load(f"showing pool {self.pool_name}", keep_histories=True)
+
+    def action_reload(self) -> None:
+        if self.job.startswith("applying"):
+            self.flash(f"busy: {self.job}; wait for it")
+            return
+        if self.view is not None:
+            self._drop_for("read again")
+        self._load(f"reading fleet.yaml and the nodes' history over {self.window}")
+
+    def action_switch_focus(self) -> None:
+        gpus = self.query_one("#pool-gpus", LiveTable)
+        review = self.query_one("#pool-review", VerticalScroll)
+        if gpus.has_focus and review.has_class("open"):
+            self.set_focus(review)
+        else:
+            self.set_focus(gpus)
+
+    @on(LiveTable.RowSelected, "#pool-gpus")
+    def _selected(self, event: LiveTable.RowSelected) -> None:
+        node, index = parse_key(event.key)
+        self.gapp.open_detail(node, index)
+
+
+def _total(rows: list[TeamSide]) -> TeamSide:
+    return TeamSide(
+        team="all teams",
+        silo_gpus=sum(r.silo_gpus for r in rows),
+        silo_used=sum(r.silo_used for r in rows),
+        silo_idle=sum(r.silo_idle for r in rows),
+        pool_gpus=sum(r.pool_gpus for r in rows),
+        guaranteed=sum(r.guaranteed for r in rows),
+        pool_used=sum(r.pool_used for r in rows),
+        pool_idle=sum(r.pool_idle for r in rows),
+        borrowed=sum(r.borrowed for r in rows),
+        p95=0.0,
+    )
+
+
+__all__ = ["CHANGES", "PoolScreen"]
