@@ -283,6 +283,13 @@ def test_readonly_refuses_moving_and_applying(sim: Launched, tmp_path: Path) -> 
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
         assert "read-only: apply pool change is disabled" in status(app)
+        # another window: the history read again, the change under review dropped
+        await pilot.press("w")
+        await settled(pilot, screen)
+        assert "evidence: 7d (hour buckets) from 8 of 9 nodes" in text_of(
+            screen.query_one("#pool-head", Static)
+        )
+        assert screen.review is None and len(rows(app, "#pool-gpus")) == 8
         await pilot.press("q")
 
     run(app, script)
