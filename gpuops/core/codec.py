@@ -16,7 +16,7 @@ import math
 import typing
 from typing import Any, Callable, Dict, List, Tuple, Type, TypeVar, Union
 
-from gpuops.core.model import NotAvailable
+from gpuops.core.model import Gpu, GpuSample, NodeSample, NotAvailable
 
 T = TypeVar("T")
 
@@ -186,9 +186,19 @@ _EXPECTED = {
 }
 
 
+_NOT_AVAILABLE: Dict[str, NotAvailable] = {}  # one immutable instance per reason (a few NVML codes)
+
+
 def _decode_not_available(data: Any) -> Any:
-    if type(data) is dict and len(data) == 1 and type(data.get("na")) is str:
-        return NotAvailable(data["na"])
+    if type(data) is dict and len(data) == 1:
+        reason = data.get("na")
+        if type(reason) is str:
+            found = _NOT_AVAILABLE.get(reason)
+            if found is None:
+                found = NotAvailable(reason)
+                if len(_NOT_AVAILABLE) < 64:
+                    _NOT_AVAILABLE[reason] = found
+            return found
     raise _Bad('expected {"na": REASON}')
 
 
@@ -322,6 +332,7 @@ def _compile_dataclass(cls: Any) -> Decoder:
 # ---- deltas (core/delta.py) ------------------------------------------------------------------
 
 Applier = Callable[[Any, Any], Any]
+Changer = Callable[[Any, Dict[str, Any]], Any]
 
 
 def from_delta(cls: Type[T], previous: T, delta: Any, path: str = "") -> T:
@@ -338,6 +349,7 @@ def from_delta(cls: Type[T], previous: T, delta: Any, path: str = "") -> T:
 
 
 _APPLIERS: Dict[Any, Applier] = {}
+_CHANGERS: Dict[type, Changer] = {}
 
 
 def _applier(tp: Any) -> Applier:
@@ -348,21 +360,33 @@ def _applier(tp: Any) -> Applier:
     return found
 
 
+def _changer(cls: type) -> Changer:
+    found = _CHANGERS.get(cls)
+    if found is None:
+        # A placeholder first: a dataclass may contain itself (through its fields' appliers).
+        _CHANGERS[cls] = lambda previous, body: _CHANGERS[cls](previous, body)
+        found = _CHANGERS[cls] = _compile_changer(cls)
+    return found
+
+
 def _compile_applier(tp: Any) -> Applier:
     """Like the decoders, compiled once per declared type: which object classes a `~` delta may
-    change here (with an applier per field), and the applier of list items for `@`."""
+    change here, and the applier of list items for `@`."""
     decode = _decoder(tp)
     members = _args(tp) if _origin(tp) is Union else (tp,)
-    objects: Dict[type, Dict[str, Applier]] = {}
+    objects: Dict[type, Changer] = {}
     item: Any = None
+    item_changers: Dict[type, Changer] = {}
     for member in members:
         if isinstance(member, type) and dataclasses.is_dataclass(member):
-            module = __import__(member.__module__, fromlist=["_"])
-            hints = typing.get_type_hints(member, vars(module))
-            objects[member] = {f.name: _applier(hints[f.name]) for f in dataclasses.fields(member)}
+            objects[member] = _changer(member)
         args = _args(member)
         if _origin(member) in (tuple, typing.Tuple) and len(args) == 2 and args[1] is Ellipsis:
             item = _applier(args[0])
+            item_members = _args(args[0]) if _origin(args[0]) is Union else (args[0],)
+            for cls in item_members:
+                if isinstance(cls, type) and dataclasses.is_dataclass(cls):
+                    item_changers[cls] = _changer(cls)
     item_applier: Any = item
 
     def apply(previous: Any, delta: Any) -> Any:
@@ -372,29 +396,10 @@ def _compile_applier(tp: Any) -> Applier:
             raise _Bad("a delta object has exactly one of the keys $, ~, @")
         ((kind, body),) = delta.items()
         if kind == "~":
-            cls = type(previous)
-            fields = objects.get(cls)
-            if fields is None or type(body) is not dict:
+            change = objects.get(type(previous))
+            if change is None or type(body) is not dict:
                 raise _Bad("a ~ delta needs an object here")
-            changes = {}
-            name = ""
-            try:
-                for name, sub in body.items():
-                    field = fields.get(name)
-                    if field is None:
-                        raise _Bad("unknown field %r" % (name,))
-                    changes[name] = field(getattr(previous, name), sub)
-            except _Bad as exc:
-                exc.parts.append(name)
-                raise
-            # Model dataclasses are frozen and have no __post_init__: a copy of the instance
-            # dictionary with the changed fields is the object their __init__ would build.
-            new = object.__new__(cls)
-            new.__dict__.update(previous.__dict__)
-            new.__dict__.update(changes)
-            return new
-        if kind == "$":
-            return decode(body)
+            return change(previous, body)
         if kind == "@":
             if item_applier is None or type(previous) is not tuple or type(body) is not dict:
                 raise _Bad("an @ delta needs a list here")
@@ -402,15 +407,351 @@ def _compile_applier(tp: Any) -> Applier:
             index = -1
             try:
                 for key, sub in body.items():
-                    if type(key) is not str or not key.isdigit() or len(key) > 9 or int(key) >= len(items):
-                        raise _Bad("no item %r in a list of %d" % (key, len(items)))
-                    index = int(key)
-                    items[index] = item_applier(items[index], sub)
+                    found = _INDEX.get(key)
+                    if found is None or found >= len(items):
+                        found = _index(key, len(items))
+                    index = found
+                    old = items[index]
+                    # The usual item delta, a few fields of an object: straight to its changer.
+                    change = item_changers.get(type(old))
+                    changes = sub.get("~") if type(sub) is dict and len(sub) == 1 else None
+                    if change is not None and type(changes) is dict:
+                        items[index] = change(old, changes)
+                    else:
+                        items[index] = item_applier(old, sub)
             except _Bad as exc:
                 if index >= 0:
                     exc.parts.append(index)
                 raise
             return tuple(items)
+        if kind == "$":
+            return decode(body)
         raise _Bad("unknown delta kind %r" % (kind,))
 
     return apply
+
+
+_INDEX = {str(i): i for i in range(1024)}  # list indices as deltas spell them
+
+
+def _index(key: Any, length: int) -> int:
+    if type(key) is not str or not key.isdigit() or len(key) > 9 or int(key) >= length:
+        raise _Bad("no item %r in a list of %d" % (key, length))
+    return int(key)
+
+
+def _as_is(tp: Any) -> Tuple[type, ...]:
+    """The exact JSON types that `tp`'s decoder returns unchanged (a float still needs its
+    finiteness checked)."""
+    if _origin(tp) is Union:
+        out: Tuple[type, ...] = ()
+        for member in _args(tp):
+            out += _as_is(member)
+        return out
+    return (tp,) if tp in (int, float, str, bool, type(None)) else ()
+
+
+# How the values of one shape of `~` body (its keys, and the exact types of its values) are
+# taken: all as they are; all as they are once their sum is finite (numbers only); or a tuple of
+# the keys whose values go through their field's applier (the others are taken as they are).
+_AS_IS = "as is"
+_NUMBERS = "numbers"
+_MAX_SHAPES = 256  # shapes remembered per class: a hostile agent cannot grow this without bound
+
+
+def _field_appliers(cls: Any) -> Dict[str, Applier]:
+    module = __import__(cls.__module__, fromlist=["_"])
+    hints = typing.get_type_hints(cls, vars(module))
+    return {f.name: _applier(hints[f.name]) for f in dataclasses.fields(cls)}
+
+
+def _compile_changer(cls: Any) -> Changer:
+    """How a `~` delta changes an instance of the dataclass `cls`: `change(previous, body)`.
+
+    Most changes are a few readings (`{"power_watts": 301.5, "timestamp": ...}`): the shape of
+    the body is looked up once in a memo, and such a body is taken in one step (C loops: the
+    kinds of its values, their sum for finiteness); nested deltas go through their field's
+    applier, which checks and locates every error.
+    """
+    module = __import__(cls.__module__, fromlist=["_"])
+    hints = typing.get_type_hints(cls, vars(module))
+    takes = {f.name: _as_is(hints[f.name]) for f in dataclasses.fields(cls)}
+    fields = _field_appliers(cls)
+    plans: Dict[Any, Any] = {}
+
+    def plan_for(keys: Tuple[Any, ...], kinds: Tuple[type, ...]) -> Any:
+        through = []
+        floats = []
+        numbers = True
+        for key, kind in zip(keys, kinds):
+            take = takes.get(key)
+            if take is None:
+                return None  # an unknown field: field by field, which says which
+            if kind not in take:
+                through.append(key)
+            elif kind is float:
+                floats.append(key)
+            elif kind is not int:
+                numbers = False
+        if not through and not floats:
+            return _AS_IS
+        if not through and numbers:
+            return _NUMBERS
+        return tuple(through + floats)
+
+    def change(previous: Any, body: Dict[str, Any]) -> Any:
+        shape = (tuple(body), tuple(map(type, body.values())))
+        plan = plans.get(shape, change)
+        if plan is change:
+            plan = plan_for(*shape)
+            if len(plans) < _MAX_SHAPES:
+                plans[shape] = plan
+        if plan is _AS_IS or (plan is _NUMBERS and _finite(body.values())):
+            changes = body
+        else:
+            changes = dict(body)
+            name = ""
+            try:
+                for name in plan if type(plan) is tuple else body:
+                    field = fields.get(name)
+                    if field is None:
+                        raise _Bad("unknown field %r" % (name,))
+                    changes[name] = field(getattr(previous, name), body[name])
+            except _Bad as exc:
+                exc.parts.append(name)
+                raise
+        # Model dataclasses are frozen and have no __post_init__: a copy of the instance
+        # dictionary with the changed fields is the object their __init__ would build.
+        new = object.__new__(cls)
+        state = new.__dict__
+        state.update(previous.__dict__)
+        state.update(changes)
+        return new
+
+    return change
+
+
+def _finite(numbers: Any) -> bool:
+    """Whether ints and floats are all finite: then their sum is (or it overflows, and the
+    caller checks them one by one)."""
+    try:
+        return math.isfinite(sum(numbers))
+    except OverflowError:
+        return False
+
+
+# ---- sample rows (core/delta.py `sample_rows`) -----------------------------------------------
+
+# The fields of a GPU's sample, in the order of a row (what the client asks the agent for).
+SAMPLE_ROW_FIELDS = tuple(f.name for f in dataclasses.fields(GpuSample))
+
+
+def from_rows(previous: NodeSample, body: Any, path: str = "") -> NodeSample:
+    """The sample that a rows delta (core/delta.py `sample_rows`) describes, built from
+    `previous`: each GPU's sample from its row, the rest of the GPU from its delta; unchanged
+    parts are the previous objects. Every value is checked as `from_json` checks it; raises
+    DecodeError with the path of a bad field (`NodeSample.gpus[2].sample.power_watts`)."""
+    if not _ROWS:
+        _ROWS.append(_compile_rows())
+    try:
+        return typing.cast(NodeSample, _ROWS[0](previous, body))
+    except _Bad as exc:
+        raise _located(NodeSample, path, exc) from None
+
+
+_ROWS: List[Callable[[Any, Any], Any]] = []
+
+
+def _compile_rows() -> Callable[[Any, Any], Any]:
+    module = __import__(GpuSample.__module__, fromlist=["_"])
+    hints = typing.get_type_hints(GpuSample, vars(module))
+    names = SAMPLE_ROW_FIELDS
+    width = len(names)
+    decoders = tuple(_decoder(hints[n]) for n in names)
+    takes = tuple(_as_is(hints[n]) for n in names)
+    every = tuple(range(width))
+    plans: Dict[Tuple[type, ...], Any] = {}
+    gpu_fields = _field_appliers(Gpu)
+    gpu_applier = _applier(Gpu)
+    decode_float = _decoder(float)
+
+    def plan_for(kinds: Tuple[type, ...]) -> Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]:
+        """The positions decoded, those taken as they are that must be finite floats, and the
+        nulls (unchanged values)."""
+        nulls = tuple(i for i in every if kinds[i] is type(None))
+        through = tuple(i for i in every if kinds[i] not in takes[i] and i not in nulls)
+        floats = tuple(i for i in every if kinds[i] is float and kinds[i] in takes[i])
+        return through, floats, nulls
+
+    def sample_of(row: Any, old: Any) -> Any:
+        """The sample of a row that the generated fast path did not take, `old` the GPU's
+        sample before: values to decode (NotAvailable, an int for a float), or an error to
+        locate."""
+        if type(row) is not list or len(row) != width:
+            raise _Bad("expected a row of %d values" % width)
+        kinds = tuple(map(type, row))
+        plan = plans.get(kinds)
+        if plan is None:
+            plan = plan_for(kinds)
+            if len(plans) < _MAX_SHAPES:
+                plans[kinds] = plan
+        through, floats, nulls = plan
+        index = 0
+        try:
+            if nulls and old is None:
+                index = nulls[0]
+                raise _Bad("null (unchanged) but the GPU had no sample")
+            values = list(row)
+            for index in through:
+                values[index] = decoders[index](values[index])
+            for index in floats:
+                if not math.isfinite(values[index]):
+                    raise _Bad("expected a finite number")
+        except _Bad as exc:
+            exc.parts.append(names[index])
+            raise
+        state = dict(old.__dict__) if nulls else {}
+        for name, value in zip(names, values):
+            if value is not None:
+                state[name] = value
+        sample = object.__new__(GpuSample)
+        sample.__dict__.update(state)
+        return sample
+
+    build = _compile_gpus(names, hints, sample_of)
+
+    def apply_rows(previous: Any, body: Any) -> Any:
+        if type(body) is not list or not 2 <= len(body) <= 3:
+            raise _Bad("a rows delta is [timestamp, rows] or [timestamp, rows, GPU deltas]")
+        try:
+            timestamp = decode_float(body[0])
+        except _Bad as exc:
+            exc.parts.append("timestamp")
+            raise
+        gpus = previous.gpus
+        count = len(gpus)
+        rows = body[1]
+        deltas = body[2] if len(body) == 3 else None
+        if (
+            type(rows) is not list
+            or len(rows) != count
+            or (deltas is not None and (type(deltas) is not list or len(deltas) != count))
+        ):
+            bad = _Bad("expected a row and a delta (or null) for each of the %d GPUs" % count)
+            bad.parts.append("gpus")
+            raise bad
+        out: List[Any] = []
+        try:
+            build(gpus, rows, out)
+        except _Bad as exc:  # from a row's sample (`sample_of`)
+            exc.parts += ["sample", len(out), "gpus"]  # len(out): the GPU being built
+            raise
+        if deltas is not None:
+            index = 0
+            name = None
+            try:
+                for index in range(count):
+                    delta = deltas[index]
+                    if delta is None:
+                        continue
+                    body = delta.get("~") if type(delta) is dict and len(delta) == 1 else None
+                    if type(body) is not dict:
+                        out[index] = gpu_applier(out[index], delta)
+                        continue
+                    # The usual GPU delta, some of its fields: into the GPU just built (a new
+                    # object when its row came; else one is made here), through their appliers.
+                    gpu = out[index]
+                    if gpu is gpus[index]:
+                        gpu = object.__new__(Gpu)
+                        gpu.__dict__.update(gpus[index].__dict__)
+                        out[index] = gpu
+                    state = gpu.__dict__
+                    for name, sub in body.items():
+                        field = gpu_fields.get(name)
+                        if field is None:
+                            raise _Bad("unknown field %r" % (name,))
+                        state[name] = field(state[name], sub)
+                    name = None
+            except _Bad as exc:
+                if name is not None:
+                    exc.parts.append(name)
+                exc.parts.append(index)
+                exc.parts.append("gpus")
+                raise
+        new = object.__new__(NodeSample)
+        state = new.__dict__
+        state.update(previous.__dict__)
+        state["timestamp"] = timestamp
+        state["gpus"] = tuple(out)
+        return new
+
+    return apply_rows
+
+
+def _compile_gpus(names: Tuple[str, ...], hints: Dict[str, Any], sample_of: Callable[[Any, Any], Any]) -> Any:
+    """`build(gpus, rows, out)`: appends to `out` each GPU with the sample of its row (the GPU
+    itself for a null row).
+
+    Generated from GpuSample's fields, as dataclasses generate their __init__: a row whose values
+    are all null (unchanged) or of their field's plain JSON type (a float for a FloatMetric, an
+    int for an IntMetric) is checked by one type test per value and one finite sum of its
+    floats, and changes a copy of the previous sample's instance dictionary. Any other row goes
+    to `sample_of`, which decodes (NotAvailable, an int for a float) and locates errors."""
+    plain = []
+    for name in names:
+        kinds = _as_is(hints[name])
+        plain.append(kinds[0] if kinds else None)
+    values = ["v%d" % i for i in range(len(names))]
+    checks = ["old is not None"]
+    checks += [
+        "(type(%s) is %s or %s is None)" % (v, kind.__name__, v)
+        for v, kind in zip(values, plain)
+        if kind is not None
+    ]
+    floats = ["(%s or 0.0)" % v for v, kind in zip(values, plain) if kind is float]
+    if floats:
+        checks.append("isfinite(%s)" % " + ".join(floats))
+    if None in plain:  # a field without a plain JSON type: every row is decoded field by field
+        checks = ["False"]
+    updates = "".join(
+        "\n                if %s is not None:\n                    state[%r] = %s" % (v, name, v)
+        for v, name in zip(values, names)
+    )
+    source = """
+def build(gpus, rows, out):
+    append = out.append
+    for gpu, row in zip(gpus, rows):
+        if row is None:
+            append(gpu)
+            continue
+        old = gpu.sample
+        if type(row) is list and len(row) == %(width)d:
+            %(values)s, = row
+            if %(checks)s:
+                state = old.__dict__.copy()%(updates)s
+                sample = new(GpuSample)
+                sample.__dict__.update(state)
+            else:
+                sample = sample_of(row, old)
+        else:
+            sample = sample_of(row, old)
+        new_gpu = new(Gpu)
+        state = new_gpu.__dict__
+        state.update(gpu.__dict__)
+        state["sample"] = sample
+        append(new_gpu)
+""" % {
+        "width": len(names),
+        "values": ", ".join(values),
+        "checks": " and ".join(checks),
+        "updates": updates,
+    }
+    namespace: Dict[str, Any] = {
+        "new": object.__new__,
+        "GpuSample": GpuSample,
+        "Gpu": Gpu,
+        "isfinite": math.isfinite,
+        "sample_of": sample_of,
+    }
+    exec(compile(source, "<gpuops.core.codec: sample rows>", "exec"), namespace)
+    return namespace["build"]

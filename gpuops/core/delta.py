@@ -11,11 +11,23 @@ command lines); only readings move. A delta says what changed, in three forms:
 Keys absent from a delta did not change. `diff(a, b)` returns None when the documents are
 equal. The receiver rebuilds the new document with `apply`, or — cheaper — the new model object
 from the previous one with `codec.from_delta`, decoding only what changed.
+
+A node sample's stream has a more compact form, *rows* (`sample_rows`, asked for by a watch's
+`rows` argument): every GPU's sample changes every second (its timestamp at least), so each
+GPU's sample travels as a row of values in the order the client named, null where a value did
+not change, and the rest of each GPU as a delta of the form above:
+
+    [timestamp, [row or null, ...], [GPU delta or null, ...]]
+
+one row and one delta per GPU (null: unchanged; the list of deltas is left out when all are
+null). `codec.from_rows` rebuilds the sample from the previous one, checking every value as a
+full sample is checked. A change that rows cannot say (the GPUs themselves, the hostname) is
+sent as a full sample.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 REPLACE, OBJECT, ITEMS = "$", "~", "@"
 
@@ -94,3 +106,44 @@ def _index(text: Any, length: int) -> int:
     if index >= length:
         raise DeltaError("index %d is past the end of a list of %d" % (index, length))
     return index
+
+
+def sample_rows(old: Any, new: Any, names: Sequence[str]) -> Optional[List[Any]]:
+    """The rows delta (see above) turning the node sample document `old` into `new`, each GPU's
+    sample as a row of the fields `names` in that order; None when it needs a full sample."""
+    if type(old) is not dict or type(new) is not dict or old.keys() != new.keys() or "timestamp" not in new:
+        return None
+    for key, value in new.items():
+        if key != "timestamp" and key != "gpus" and old[key] != value:
+            return None
+    before, after = old.get("gpus"), new.get("gpus")
+    if type(before) is not list or type(after) is not list or len(before) != len(after):
+        return None
+    wanted = set(names)
+    rows: List[Any] = []
+    deltas: List[Any] = []
+    for gpu_before, gpu in zip(before, after):
+        if type(gpu_before) is not dict or type(gpu) is not dict:
+            return None
+        sample = gpu.get("sample")
+        row = None
+        if type(sample) is dict and sample.keys() == wanted and None not in sample.values():
+            previous = gpu_before.get("sample")
+            if type(previous) is not dict or previous.keys() != wanted:
+                row = [sample[name] for name in names]
+            elif sample != previous:
+                row = [_changed(previous[name], sample[name]) for name in names]
+            # The row carries the sample: the GPU's delta says the rest.
+            gpu_before = dict(gpu_before)
+            gpu_before["sample"] = sample
+        rows.append(row)
+        deltas.append(diff(gpu_before, gpu))
+    body = [new["timestamp"], rows]
+    if any(d is not None for d in deltas):
+        body.append(deltas)
+    return body
+
+
+def _changed(old: Any, new: Any) -> Any:
+    """A row's value: the new one, or null where it equals the old one (of the same type)."""
+    return None if type(old) is type(new) and old == new else new

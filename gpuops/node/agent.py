@@ -32,7 +32,7 @@ from typing import (
 from gpuops import __version__
 from gpuops.core import protocol as proto
 from gpuops.core.codec import to_json
-from gpuops.core.delta import diff
+from gpuops.core.delta import diff, sample_rows
 from gpuops.node.backends.base import Backend, BackendError
 
 if TYPE_CHECKING:
@@ -263,7 +263,7 @@ class Agent:
         version = proto.hello_versions(request.args)
         capabilities = list(self.backend.capabilities()) if self.backend else []
         if self.backend is not None:
-            capabilities += ["watch", "delta"]
+            capabilities += ["watch", "delta", "rows"]
         await self._send(
             proto.reply(
                 request.id,
@@ -294,6 +294,7 @@ class Agent:
 
     async def _op_watch(self, request: proto.Request) -> None:
         interval, count, delta = proto.watch_args(request.args)
+        rows = proto.watch_rows(request.args)
         self._require_backend()
         if request.id in self._watches:
             raise proto.ProtocolError(
@@ -303,12 +304,17 @@ class Agent:
             raise proto.ProtocolError(
                 proto.TOO_MANY_WATCHES, "at most %d watches at once" % proto.MAX_WATCHES
             )
-        task = asyncio.ensure_future(self._watch(request.id, interval, count, delta))
+        task = asyncio.ensure_future(self._watch(request.id, interval, count, delta, rows))
         self._watches[request.id] = task
         task.add_done_callback(lambda _t: self._watches.pop(request.id, None))
 
     async def _watch(
-        self, request_id: proto.RequestId, interval: float, count: Optional[int], delta: bool
+        self,
+        request_id: proto.RequestId,
+        interval: float,
+        count: Optional[int],
+        delta: bool,
+        rows: Optional[Tuple[str, ...]] = None,
     ) -> None:
         backend = self._require_backend()
         loop = asyncio.get_event_loop()
@@ -324,11 +330,7 @@ class Agent:
                     # One failed sample does not end the stream: the client sees it and waits.
                     await self._send(proto.error(request_id, proto.BACKEND_ERROR, str(exc)))
                 else:
-                    if delta and previous is not None:
-                        change = diff(previous, result)
-                        await self._send(proto.delta_event(request_id, "sample", sent, change or {"~": {}}))
-                    else:
-                        await self._send(proto.event(request_id, "sample", sent, result))
+                    await self._send(self._sample_event(request_id, sent, previous, result, rows))
                     previous = result if delta else None
                 sent += 1
                 if count is not None and sent >= count:
@@ -343,6 +345,22 @@ class Agent:
         except asyncio.CancelledError:
             cancelled = True
         await self._send(proto.reply(request_id, {"events": sent, "cancelled": cancelled}))
+
+    @staticmethod
+    def _sample_event(
+        request_id: proto.RequestId, seq: int, previous: Any, result: Any, rows: Optional[Tuple[str, ...]]
+    ) -> bytes:
+        """The event for one sample of a watch: the whole sample first (and whenever rows cannot
+        say the change), then what changed, as rows when the client asked for them."""
+        if previous is not None:
+            if rows is not None:
+                body = sample_rows(previous, result, rows)
+                if body is not None:
+                    return proto.rows_event(request_id, "sample", seq, body)
+            else:
+                change = diff(previous, result)
+                return proto.delta_event(request_id, "sample", seq, change or {"~": {}})
+        return proto.event(request_id, "sample", seq, result)
 
     async def _op_mig_apply(self, request: proto.Request) -> None:
         changes, force, holder = proto.mig_apply_args(request.args)

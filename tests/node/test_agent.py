@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuops.core import protocol as proto
-from gpuops.core.codec import from_json
+from gpuops.core.codec import SAMPLE_ROW_FIELDS, from_json, from_rows
 from gpuops.core.delta import apply
 from gpuops.core.model import Node, NodeSample
 from gpuops.fleet.agent_client import AgentClient, AgentError
@@ -212,5 +212,66 @@ def test_watch_with_deltas_sends_what_changed() -> None:
                 document = apply(document, e["delta"])
                 assert len(json.dumps(e["delta"])) * 4 < len(json.dumps(document))
             from_json(NodeSample, document)  # the rebuilt document is a valid sample
+
+    asyncio.run(run())
+
+
+def test_watch_with_rows_sends_each_gpus_sample_as_a_row() -> None:
+    clock = [1_700_000_000.0]
+
+    def tick() -> float:
+        clock[0] += 0.5
+        return clock[0]
+
+    async def run() -> None:
+        async with agent_socket(SimBackend(clock=tick)) as (reader, writer):
+            args = {"interval": 0.05, "count": 3, "delta": True, "rows": list(SAMPLE_ROW_FIELDS)}
+            writer.write(proto.request(1, "watch", args))
+            await writer.drain()
+            events = [json.loads(await asyncio.wait_for(reader.readline(), 10)) for _ in range(4)]
+            assert "result" in events[0] and "rows" not in events[0]
+            assert all("rows" in e and "result" not in e and "delta" not in e for e in events[1:3])
+            assert events[3]["result"] == {"events": 3, "cancelled": False}
+            sample = from_json(NodeSample, events[0]["result"])
+            for e in events[1:3]:
+                assert len(json.dumps(e["rows"])) * 8 < len(json.dumps(events[0]["result"]))
+                sample = from_rows(sample, e["rows"])
+            assert sample.timestamp > from_json(NodeSample, events[0]["result"]).timestamp
+
+    asyncio.run(run())
+
+
+def test_rows_need_delta_and_field_names() -> None:
+    async def run() -> None:
+        async with agent_socket(_sim()) as (reader, writer):
+            for n, args in enumerate(
+                ({"rows": ["timestamp"]}, {"delta": True, "rows": []}, {"delta": True, "rows": [1]})
+            ):
+                reply = await roundtrip(reader, writer, proto.request(n + 1, "watch", args))
+                assert reply["error"]["code"] == proto.INVALID_ARGS
+
+    asyncio.run(run())
+
+
+def test_client_streams_rows_when_the_agent_offers_them() -> None:
+    """The client asks for rows when the agent offers them; what it rebuilds is what the agent
+    sampled, sample by sample."""
+    clock = [1_700_000_000.0]
+    sampled: list[NodeSample] = []
+
+    class Recording(SimBackend):
+        def sample(self) -> NodeSample:
+            clock[0] += 1.0
+            sampled.append(super().sample())
+            return sampled[-1]
+
+    async def run() -> None:
+        async with agent_socket(Recording("mixed-node", clock=lambda: clock[0])) as (reader, writer):
+            client = AgentClient(reader, writer, "test")
+            hello = await client.start()
+            assert "rows" in hello.capabilities
+            received = [s async for s in client.watch(0.05, count=5)]
+            assert received == sampled[-5:]
+            await client.close()
 
     asyncio.run(run())

@@ -56,9 +56,16 @@ def test_watch_args() -> None:
         {"count": True},
         {"every": 1},
         {"delta": 1},
+        {"rows": ["timestamp"]},
+        {"delta": True, "rows": []},
+        {"delta": True, "rows": "timestamp"},
+        {"delta": True, "rows": ["timestamp", "timestamp"]},
+        {"delta": True, "rows": [""]},
     ):
         with pytest.raises(ValueError):
             proto.watch_args(bad)
+    assert proto.watch_rows({"delta": True}) is None
+    assert proto.watch_rows({"delta": True, "rows": ["a", "b"]}) == ("a", "b")
 
 
 def test_version_negotiation() -> None:
@@ -74,6 +81,21 @@ def test_messages_round_trip() -> None:
     assert (err.ok, err.error_code, err.error_message) == (False, proto.TOO_LARGE, "big")
     ev = proto.parse_message(proto.event(4, "sample", 2, {}))
     assert (ev.event, ev.seq, ev.id) == ("sample", 2, 4)
+    delta = proto.parse_message(proto.delta_event(4, "sample", 3, {"~": {}}))
+    assert (delta.is_delta, delta.rows, delta.delta) == (True, False, {"~": {}})
+    rows = proto.parse_message(proto.rows_event(4, "sample", 4, [1.0, []]))
+    assert (rows.is_delta, rows.rows, rows.delta, rows.seq) == (True, True, [1.0, []], 4)
+    assert rows == proto.Message(4, True, event="sample", seq=4, delta=[1.0, []], is_delta=True, rows=True)
+
+
+def test_parse_message_takes_another_json_parser() -> None:
+    orjson = pytest.importorskip("orjson")
+    line = proto.rows_event(4, "sample", 4, [1.0, [None]])
+    assert proto.parse_message(line, orjson.loads) == proto.parse_message(line)
+    for bad in (b"{nope", b'{"v": 1, "id": 1, "ok": NaN}', b"\xff"):
+        with pytest.raises(proto.ProtocolError) as info:
+            proto.parse_message(bad, orjson.loads)
+        assert info.value.code == proto.PARSE_ERROR
 
 
 @given(st.binary(max_size=300))
@@ -86,3 +108,6 @@ def test_parse_request_only_raises_protocol_errors(line: bytes) -> None:
 def test_parse_message_only_raises_protocol_errors(line: bytes) -> None:
     with contextlib.suppress(proto.ProtocolError):
         proto.parse_message(line)
+    orjson = pytest.importorskip("orjson")
+    with contextlib.suppress(proto.ProtocolError):
+        proto.parse_message(line, orjson.loads)
