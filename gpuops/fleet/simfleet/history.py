@@ -8,7 +8,8 @@ of the sim fleet, and their past, so a fresh fleet already has days of evidence.
   minute as on a real node (the minutes stay in memory, compressed, until then).
 - **The past** (backfill): the simulation's figures are a pure function of (seed, time), so a
   second `SimBackend` built from the node's spec with a clock under our control is evaluated
-  every `step` (5 min) from `days` (7) before the node's first live sample until that sample,
+  every `step` (5 min; every `coarse_step`, 15 min, before the last day) from `days` (7) before
+  the node's first live sample until that sample,
   integrated in memory (`Rollup`) and merged into the recorder's files. Work queued at the epoch
   (start "pending") is not running in the past, as the spec says. The live backend is never
   touched: MIG changes made by an apply count from when they were made.
@@ -42,7 +43,8 @@ log = logging.getLogger("gpuops.simfleet")
 
 HISTORY_DIR = "history"  # under each node's state directory, as the agent's default
 BACKFILL_DAYS = 7.0
-BACKFILL_STEP = 300.0  # seconds between the past samples
+BACKFILL_STEP = 300.0  # seconds between the past samples of the last day
+BACKFILL_COARSE_STEP = 900.0  # ... and of the days before
 BACKGROUND_NODES = 64  # fleets up to this size get their past at start
 SLICE_SECONDS = 0.02  # longest the backfill holds the event loop at a time
 _OUR_FILES = ("minutes.json",)
@@ -105,6 +107,7 @@ class SimHistory:
         interval: float = DEFAULT_INTERVAL,
         days: float = BACKFILL_DAYS,
         step: float = BACKFILL_STEP,
+        coarse_step: float = BACKFILL_COARSE_STEP,
         background_nodes: int = BACKGROUND_NODES,
         keep_minutes: int = KEEP_MINUTES,
         clock: Callable[[], float] = time.time,
@@ -113,6 +116,7 @@ class SimHistory:
         self.interval = float(interval)
         self.days = float(days)
         self.step = float(step)
+        self.coarse_step = float(coarse_step)
         self.background = len(nodes) <= background_nodes
         self.clock = clock
         self.keep_minutes = keep_minutes
@@ -223,11 +227,10 @@ class SimHistory:
         except BackendUnavailable as exc:
             log.warning("%s: no simulated past: %s", node.name, exc)
             return 0.0
-        first = math.floor((end - self.days * 86400.0) / 3600.0) * 3600.0 - self.step
-        times = [first + self.step * i for i in range(int((end - first) / self.step) + 1)]
-        if times[-1] < end:
-            times.append(end)
-        rollup = Rollup(self.step, minutes_after=self.clock() - self.keep_minutes * MINUTE)
+        times = past_times(end, self.days, self.step, self.coarse_step)
+        rollup = Rollup(
+            max(self.step, self.coarse_step), minutes_after=self.clock() - self.keep_minutes * MINUTE
+        )
         slice_began = time.monotonic()
         for t in times[:-1]:  # the last is the live recorder's first sample: counted there
             clock.t = t
@@ -257,6 +260,24 @@ class SimHistory:
         for node in self.nodes.values():
             if node.past is not None and not node.past.done():
                 node.past.cancel()
+
+
+def past_times(end: float, days: float, step: float, coarse_step: float) -> list[float]:
+    """When to evaluate the past: every `coarse_step` from one step before the hour `days`
+    before `end`, every `step` in the last day, and `end` itself (the last, exactly)."""
+    first = math.floor((end - days * 86400.0) / 3600.0) * 3600.0 - coarse_step
+    fine_from = max(first, math.floor((end - 86400.0) / coarse_step) * coarse_step)
+    times = []
+    t = first
+    while t < fine_from:
+        times.append(t)
+        t += coarse_step
+    t = fine_from
+    while t < end:
+        times.append(t)
+        t += step
+    times.append(end)
+    return times
 
 
 class _Clock:
