@@ -28,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from gpuops.core.model import Node, NodeSample
 from gpuops.fleet.agent_client import AgentClient, AgentError, Hello
@@ -257,6 +258,10 @@ class Collector:
                     self._update(record, hello=hello, inventory=inventory)
                     self._starting -= 1
                     starting = False
+                    # While the stream flows, the watchdog notices a silent node within
+                    # `silence_limit`; SSH keepalives (3 missed at 15 s) would notice later, and
+                    # cost a timer cancelled and started again for every packet.
+                    conn.set_keepalive(0)
                     await self._follow(record, client)
                     got_data = True
                 finally:
@@ -287,9 +292,7 @@ class Collector:
         record.silence = asyncio.get_running_loop().create_future()
         self._following.add(record)
         try:
-            subscription = await client.subscribe(
-                self.interval, lambda sample: self._sampled(record, sample), on_error
-            )
+            subscription = await client.subscribe(self.interval, partial(self._sampled, record), on_error)
             try:
                 await asyncio.wait({subscription.ended, record.silence}, return_when=asyncio.FIRST_COMPLETED)
                 if subscription.ended.done():
