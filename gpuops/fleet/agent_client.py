@@ -56,9 +56,12 @@ _CLOSED = object()
 class _SampleStream:
     """One watch stream: rebuilds samples from full events and deltas, in order."""
 
-    def __init__(self, name: str, deliver: Callable[[Any], None]) -> None:
+    def __init__(
+        self, name: str, deliver: Callable[[Any], None], on_sample: Callable[[NodeSample], None] | None = None
+    ) -> None:
         self.name = name
         self.deliver = deliver  # gets a NodeSample, an AgentError (one failed sample) or _CLOSED
+        self.on_sample = deliver if on_sample is None else on_sample  # gets each NodeSample
         self.previous: NodeSample | None = None
         self.final: proto.Message | None = None
 
@@ -85,7 +88,7 @@ class _SampleStream:
                 self.previous = from_json(NodeSample, message.result)
         except DecodeError as exc:
             raise AgentError(proto.INVALID_REQUEST, f"{self.name}: agent sent a bad sample: {exc}") from None
-        self.deliver(self.previous)
+        self.on_sample(self.previous)
 
 
 class Subscription:
@@ -168,6 +171,11 @@ class AgentClient:
             message = proto.parse_message(line, _loads)
         except proto.ProtocolError as exc:
             raise AgentError(exc.code, f"{self.name}: {exc.message}") from None
+        if message.event is not None:  # a stream's event: the usual message, once per sample
+            stream = self._streams.get(message.id)  # type: ignore[arg-type]
+            if stream is not None:
+                stream.on_message(message)
+                return
         self._dispatch(message)
 
     async def _read_loop(self) -> None:
@@ -330,7 +338,7 @@ class AgentClient:
             elif item is _CLOSED:
                 subscription._end(self._failure)
 
-        self._streams[request_id] = _SampleStream(self.name, deliver)
+        self._streams[request_id] = _SampleStream(self.name, deliver, on_sample)
         await self._send(request_id, "watch", self._watch_args(interval, None))
         return subscription
 
