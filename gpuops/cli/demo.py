@@ -8,7 +8,6 @@ Without a terminal (piped, in CI) the live table of `gpuops status` is printed i
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import tempfile
 from pathlib import Path
@@ -36,6 +35,7 @@ def register(app: typer.Typer) -> None:
         from gpuops.cli.fleet import load_or_fail, run_live
         from gpuops.cli.tui import fleet_source, is_terminal, run_tui
         from gpuops.fleet.simfleet import ScenarioError, SimFleetError, launch, stop
+        from gpuops.fleet.ssh import run
 
         if interval < 0.1:
             fail("--interval must be at least 0.1 seconds", code=2)
@@ -61,6 +61,6 @@ def register(app: typer.Typer) -> None:
                     typer.echo(f"simulated fleet up in {started.seconds:.1f}s ({where}); Ctrl-C stops it")
                     fleet = load_or_fail(where)
                     with contextlib.suppress(KeyboardInterrupt):
-                        asyncio.run(run_live(fleet, interval))
+                        run(run_live(fleet, interval))
             finally:
                 typer.echo(stop(directory))

@@ -18,6 +18,7 @@ from gpuops.cli.errors import fail
 from gpuops.core.codec import to_json
 from gpuops.core.units import UnitError, format_duration, parse_duration
 from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, Collector, FleetSnapshot
+from gpuops.fleet.ssh import run
 from gpuops.fleet.summary import node_summary, team_summaries
 from gpuops.fleet.targets import node_targets
 from gpuops.spec import Fleet, SpecError, load_fleet
@@ -135,7 +136,7 @@ async def _discover(fleet: Fleet, interval: float, timeout: float) -> FleetSnaps
 
 def discover_fleet(fleet_file: Path, as_json: bool, timeout: float) -> None:
     fleet = load_or_fail(fleet_file)
-    snapshot = asyncio.run(_discover(fleet, 1.0, timeout))
+    snapshot = run(_discover(fleet, 1.0, timeout))
     if as_json:
         typer.echo(json.dumps(_json(snapshot, fleet), indent=2))
     else:
@@ -162,7 +163,7 @@ def register(app: typer.Typer) -> None:
             discover_fleet(fleet_file, False, timeout=30.0)
             return
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(run_live(fleet, every))
+            run(run_live(fleet, every))
 
 
 async def run_live(fleet: Fleet, every: float) -> None:
