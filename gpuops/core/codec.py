@@ -334,6 +334,10 @@ def _compile_dataclass(cls: Any) -> Decoder:
 Applier = Callable[[Any, Any], Any]
 Changer = Callable[[Any, Dict[str, Any]], Any]
 
+# Builds a frozen model object from its instance dictionary (`object.__new__(cls)`, then this
+# with "__dict__"): what its __init__ would build (none has a __post_init__), in one step.
+_set_state = object.__setattr__
+
 
 def from_delta(cls: Type[T], previous: T, delta: Any, path: str = "") -> T:
     """The object `delta` (core/delta.py) describes, built from `previous`.
@@ -522,10 +526,10 @@ def _compile_changer(cls: Any) -> Changer:
                 raise
         # Model dataclasses are frozen and have no __post_init__: a copy of the instance
         # dictionary with the changed fields is the object their __init__ would build.
-        new = object.__new__(cls)
-        state = new.__dict__
-        state.update(previous.__dict__)
+        state = previous.__dict__.copy()
         state.update(changes)
+        new = object.__new__(cls)
+        _set_state(new, "__dict__", state)
         return new
 
     return change
@@ -610,12 +614,12 @@ def _compile_rows() -> Callable[[Any, Any], Any]:
         except _Bad as exc:
             exc.parts.append(names[index])
             raise
-        state = dict(old.__dict__) if nulls else {}
+        state = old.__dict__.copy() if nulls else {}
         for name, value in zip(names, values):
             if value is not None:
                 state[name] = value
         sample = object.__new__(GpuSample)
-        sample.__dict__.update(state)
+        _set_state(sample, "__dict__", state)
         return sample
 
     build = _compile_gpus(names, hints, sample_of)
@@ -663,7 +667,7 @@ def _compile_rows() -> Callable[[Any, Any], Any]:
                     gpu = out[index]
                     if gpu is gpus[index]:
                         gpu = object.__new__(Gpu)
-                        gpu.__dict__.update(gpus[index].__dict__)
+                        _set_state(gpu, "__dict__", gpus[index].__dict__.copy())
                         out[index] = gpu
                     state = gpu.__dict__
                     for name, sub in body.items():
@@ -678,11 +682,11 @@ def _compile_rows() -> Callable[[Any, Any], Any]:
                 exc.parts.append(index)
                 exc.parts.append("gpus")
                 raise
-        new = object.__new__(NodeSample)
-        state = new.__dict__
-        state.update(previous.__dict__)
+        state = previous.__dict__.copy()
         state["timestamp"] = timestamp
         state["gpus"] = tuple(out)
+        new = object.__new__(NodeSample)
+        _set_state(new, "__dict__", state)
         return new
 
     return apply_rows
@@ -730,16 +734,16 @@ def build(gpus, rows, out):
             if %(checks)s:
                 state = old.__dict__.copy()%(updates)s
                 sample = new(GpuSample)
-                sample.__dict__.update(state)
+                set_state(sample, "__dict__", state)
             else:
                 sample = sample_of(row, old)
         else:
             sample = sample_of(row, old)
-        new_gpu = new(Gpu)
-        state = new_gpu.__dict__
-        state.update(gpu.__dict__)
+        state = gpu.__dict__.copy()
         state["sample"] = sample
-        append(new_gpu)
+        gpu = new(Gpu)
+        set_state(gpu, "__dict__", state)
+        append(gpu)
 """ % {
         "width": len(names),
         "values": ", ".join(values),
@@ -748,6 +752,7 @@ def build(gpus, rows, out):
     }
     namespace: Dict[str, Any] = {
         "new": object.__new__,
+        "set_state": _set_state,
         "GpuSample": GpuSample,
         "Gpu": Gpu,
         "isfinite": math.isfinite,
