@@ -455,14 +455,6 @@ def _as_is(tp: Any) -> Tuple[type, ...]:
     return (tp,) if tp in (int, float, str, bool, type(None)) else ()
 
 
-# How the values of one shape of `~` body (its keys, and the exact types of its values) are
-# taken: all as they are; all as they are once their sum is finite (numbers only); or a tuple of
-# the keys whose values go through their field's applier (the others are taken as they are).
-_AS_IS = "as is"
-_NUMBERS = "numbers"
-_MAX_SHAPES = 256  # shapes remembered per class: a hostile agent cannot grow this without bound
-
-
 def _field_appliers(cls: Any) -> Dict[str, Applier]:
     module = __import__(cls.__module__, fromlist=["_"])
     hints = typing.get_type_hints(cls, vars(module))
@@ -472,76 +464,40 @@ def _field_appliers(cls: Any) -> Dict[str, Applier]:
 def _compile_changer(cls: Any) -> Changer:
     """How a `~` delta changes an instance of the dataclass `cls`: `change(previous, body)`.
 
-    Most changes are a few readings (`{"power_watts": 301.5, "timestamp": ...}`): the shape of
-    the body is looked up once in a memo, and such a body is taken in one step (C loops: the
-    kinds of its values, their sum for finiteness); nested deltas go through their field's
-    applier, which checks and locates every error.
+    Most changes are a few readings (`{"used_memory_bytes": 4096}`): a value of its field's
+    plain JSON type (an int for an IntMetric, a finite float for a FloatMetric, a string, ...)
+    is taken as it is; anything else (a nested delta, NotAvailable, an int for a float) goes
+    through the field's applier, which checks it and locates an error.
     """
     module = __import__(cls.__module__, fromlist=["_"])
     hints = typing.get_type_hints(cls, vars(module))
     takes = {f.name: _as_is(hints[f.name]) for f in dataclasses.fields(cls)}
     fields = _field_appliers(cls)
-    plans: Dict[Any, Any] = {}
-
-    def plan_for(keys: Tuple[Any, ...], kinds: Tuple[type, ...]) -> Any:
-        through = []
-        floats = []
-        numbers = True
-        for key, kind in zip(keys, kinds):
-            take = takes.get(key)
-            if take is None:
-                return None  # an unknown field: field by field, which says which
-            if kind not in take:
-                through.append(key)
-            elif kind is float:
-                floats.append(key)
-            elif kind is not int:
-                numbers = False
-        if not through and not floats:
-            return _AS_IS
-        if not through and numbers:
-            return _NUMBERS
-        return tuple(through + floats)
 
     def change(previous: Any, body: Dict[str, Any]) -> Any:
-        shape = (tuple(body), tuple(map(type, body.values())))
-        plan = plans.get(shape, change)
-        if plan is change:
-            plan = plan_for(*shape)
-            if len(plans) < _MAX_SHAPES:
-                plans[shape] = plan
-        if plan is _AS_IS or (plan is _NUMBERS and _finite(body.values())):
-            changes = body
-        else:
-            changes = dict(body)
-            name = ""
-            try:
-                for name in plan if type(plan) is tuple else body:
-                    field = fields.get(name)
-                    if field is None:
-                        raise _Bad("unknown field %r" % (name,))
-                    changes[name] = field(getattr(previous, name), body[name])
-            except _Bad as exc:
-                exc.parts.append(name)
-                raise
         # Model dataclasses are frozen and have no __post_init__: a copy of the instance
         # dictionary with the changed fields is the object their __init__ would build.
         state = previous.__dict__.copy()
-        state.update(changes)
+        name = ""
+        try:
+            for name, value in body.items():
+                take = takes.get(name)
+                if take is None:
+                    raise _Bad("unknown field %r" % (name,))
+                kind = type(value)
+                # (x - x is 0.0 for a finite float, nan for inf and nan)
+                if kind in take and (kind is not float or value - value == 0.0):
+                    state[name] = value
+                else:
+                    state[name] = fields[name](state[name], value)
+        except _Bad as exc:
+            exc.parts.append(name)
+            raise
         new = object.__new__(cls)
         _set_state(new, "__dict__", state)
         return new
 
     return change
-
-
-def _finite(numbers: Any) -> bool:
-    """Whether ints and floats are all finite: then their sum is (or it overflows, and the
-    caller checks them one by one)."""
-    try:
-        return math.isfinite(sum(numbers))
-    except OverflowError:
-        return False
 
 
 # ---- sample rows (core/delta.py `sample_rows`) -----------------------------------------------
@@ -564,6 +520,7 @@ def from_rows(previous: NodeSample, body: Any, path: str = "") -> NodeSample:
 
 
 _ROWS: List[Callable[[Any, Any], Any]] = []
+_MAX_SHAPES = 256  # kinds of rows remembered: a hostile agent cannot grow this without bound
 
 
 def _compile_rows() -> Callable[[Any, Any], Any]:

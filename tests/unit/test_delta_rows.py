@@ -307,3 +307,38 @@ def test_field_changes_are_checked_as_full_samples_are(changes: list[tuple[int, 
     except DecodeError:
         got = None
     assert got == expected
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(st.integers(min_value=0, max_value=7), st.sampled_from(SAMPLE_ROW_FIELDS), row_values),
+        max_size=6,
+    )
+)
+def test_tree_deltas_of_readings_are_checked_as_full_samples_are(changes: list[tuple[int, str, Any]]) -> None:
+    """The same for the tree form's fast path (a value of its field's plain type taken as it is):
+    non-finite floats, ints for floats, booleans, "not available"."""
+    (first,) = _documents(1)
+    second = copy.deepcopy(first)
+    for gpu, name, value in changes:
+        second["gpus"][gpu]["sample"][name] = value
+    delta = diff(first, second)
+    previous = from_json(NodeSample, first)
+    try:
+        expected = from_json(NodeSample, second)
+    except DecodeError:
+        expected = None
+    try:
+        got = previous if delta is None else from_delta(NodeSample, previous, _wire_or_raw(delta))
+    except DecodeError:
+        got = None
+    assert got == expected
+
+
+def _wire_or_raw(delta: Any) -> Any:
+    """Through JSON text when it can go (not with nan or infinity, which JSON cannot carry)."""
+    try:
+        return json.loads(json.dumps(delta, allow_nan=False))
+    except ValueError:
+        return delta
