@@ -238,12 +238,15 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
     saturated = _saturated(fleet, evidence, opts, {(g.node, g.index) for g in pool_gpus})
     granted: dict[str, int] = {}
     spare_gpus = (total_units - sum(units.values())) // UNITS_PER_GPU
-    if spare_gpus > 0 and saturated:
-        # At most as many GPUs as its silo has: a saturated team at most doubles its capacity in
-        # one round (saturation says it wants more, not how much more).
-        grant = _largest_remainder(saturated, min(spare_gpus, sum(saturated.values())))
+    # At most as many GPUs as its silo has, counting what the pool already guarantees it above
+    # its use: a saturated team at most doubles its capacity (saturation says it wants more, not
+    # how much more), and planning again on the proposal grants nothing more.
+    room = {t: n - max(0, units.get(t, 0) - floors.get(t, 0)) // UNITS_PER_GPU for t, n in saturated.items()}
+    room = {t: n for t, n in room.items() if n > 0}
+    if spare_gpus > 0 and room:
+        grant = _largest_remainder(room, min(spare_gpus, sum(room.values())))
         for team, k in grant.items():
-            k = min(k, saturated[team])
+            k = min(k, room[team])
             if k:
                 granted[team] = k * UNITS_PER_GPU
                 units[team] = units.get(team, 0) + k * UNITS_PER_GPU

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpuops.core.history import HOUR, Bucket, GpuUsage, History, UserUsage
@@ -162,8 +162,30 @@ def _shares(fleet: Fleet, node: str, index: int, uuid: str, model: str) -> dict[
     return {t.name: t.compute or 0.0 for t in desired.limiter.tenant_specs() if t.name != "*"}
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+IDLE = [[] for _ in range(BUCKETS)]
+# Found by hypothesis: a saturated team granted a whole GPU was granted another one when planning
+# again on the proposal (the grant cap did not count what the pool already guaranteed it).
+REGRANT = {
+    "teams": ["vision"],
+    "nodes": [
+        {"name": "n0", "model": "NVIDIA A100-SXM4-80GB", "owner": None, "usage": [IDLE]},
+        {"name": "n1", "model": "NVIDIA A100-SXM4-80GB", "owner": None, "usage": [IDLE]},
+        {
+            "name": "n2",
+            "model": "NVIDIA A100-SXM4-80GB",
+            "owner": "vision",
+            "usage": [[*IDLE[1:], [("vision", 0.97, 1)]]],
+        },
+    ],
+    "pooled": [],
+    "guarantees": {},
+    "carving": "limiter",
+}
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
+@example(REGRANT)
 def test_planner_properties(s: dict[str, Any]) -> None:
     fleet = _fleet(s)
     histories = _histories(s)
