@@ -18,6 +18,7 @@ from gpuops.core.model import Gpu
 from gpuops.core.units import format_bytes
 from gpuops.plan.live import NodeLive
 from gpuops.spec.desired import DEFAULT_MPS_LOG_DIRECTORY, DEFAULT_MPS_PIPE_DIRECTORY
+from gpuops.spec.selectors import format_gpu_indices
 
 
 def _mig(gpu: Gpu, notes: list[str], where: str) -> dict[str, Any] | None:
@@ -129,22 +130,6 @@ def gpu_settings(gpu: Gpu, live: NodeLive, notes: list[str]) -> dict[str, Any]:
     return settings
 
 
-def _indices(indices: Sequence[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5'."""
-    parts: list[str] = []
-    run: list[int] = []
-    for i in sorted(indices):
-        if run and i == run[-1] + 1:
-            run.append(i)
-            continue
-        if run:
-            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [i]
-    if run:
-        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(parts)
-
-
 def carve_entries(lives: Sequence[NodeLive]) -> tuple[list[dict[str, Any]], list[str]]:
     """The carve: entries that describe the live state, and notes on what could not be written."""
     entries: list[dict[str, Any]] = []
@@ -168,6 +153,6 @@ def carve_entries(lives: Sequence[NodeLive]) -> tuple[list[dict[str, Any]], list
         for settings, indices in groups:
             select: dict[str, Any] = {"nodes": live.name}
             if len(indices) != all_gpus:
-                select["gpus"] = _indices(indices)
+                select["gpus"] = format_gpu_indices(set(indices))
             entries.append({"select": select, **settings})
     return entries, notes

@@ -36,9 +36,9 @@ from typing import Any
 from gpuops.core.mig.catalog import GpuInstanceProfile, MigModel, find_model
 from gpuops.core.mig.placement import solve
 from gpuops.core.units import format_bytes
-from gpuops.fleet.summary import UNOWNED
 from gpuops.spec.model import Fleet
 from gpuops.spec.pools import Pool
+from gpuops.spec.selectors import format_gpu_indices
 from gpuops.tenancy.accounting import Evidence, GpuEvidence, p95
 
 UNITS_PER_GPU = 100  # a guarantee is laid out in whole percent of a GPU
@@ -433,21 +433,6 @@ def _mig_carving(
 # ---- the proposed fleet.yaml ----------------------------------------------------------------------
 
 
-def _gpus_text(indices: Sequence[int]) -> str:
-    parts: list[str] = []
-    run: list[int] = []
-    for i in sorted(indices):
-        if run and i == run[-1] + 1:
-            run.append(i)
-            continue
-        if run:
-            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [i]
-    if run:
-        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(parts)
-
-
 def _size_text(size: int) -> str:
     return f"{-(-size // GIB)}GiB"
 
@@ -483,7 +468,7 @@ def proposed_fleet(fleet: Fleet, proposal: Proposal) -> dict[str, Any]:
     for m in proposal.moves:
         by_node.setdefault(m.node, []).append(m.index)
     for node, indices in by_node.items():
-        selects.append({"nodes": node, "gpus": _gpus_text(indices)})
+        selects.append({"nodes": node, "gpus": format_gpu_indices(set(indices))})
     entry["gpus"] = selects
     need = {g.team: g.memory for g in proposal.guarantees if g.memory}
     guarantees: dict[str, Any] = {}
@@ -505,9 +490,10 @@ def proposed_fleet(fleet: Fleet, proposal: Proposal) -> dict[str, Any]:
         key = (c.node, repr(sorted(body.items())))
         groups.setdefault(key, (body, []))[1].append(c.index)
     for (node, _), (body, indices) in groups.items():
-        carve.append({"select": {"nodes": node, "gpus": _gpus_text(indices)}, "pool": name, **body})
+        select = {"nodes": node, "gpus": format_gpu_indices(set(indices))}
+        carve.append({"select": select, "pool": name, **body})
     data["carve"] = carve
     return {"version": data.pop("version"), **data}
 
 
-__all__ = ["UNOWNED", "GpuCarving", "Guarantee", "Move", "Options", "Proposal", "propose", "proposed_fleet"]
+__all__ = ["GpuCarving", "Guarantee", "Move", "Options", "Proposal", "propose", "proposed_fleet"]
