@@ -18,6 +18,17 @@ the events after the first carry `"rows": [timestamp, [row per GPU], [GPU deltas
     <- {"v": 1, "id": 3, "ok": true, "result": {"cancelled": 2}}
 
 Errors: {"v": 1, "id": <id or null>, "ok": false, "error": {"code": CODE, "message": TEXT}}.
+
+The ops (`OPS`), each with its arguments' checker below:
+
+- `hello` (versions), `inventory`, `sample`, `watch` (interval, count, delta, rows) and `cancel`
+  (the id of a watch): what the node has and does, once or as a stream;
+- `config`: the node's MPS daemons and limiter table, for `gpuops plan`;
+- `mig_apply`, `mps_apply`, `limiter_apply`: the changes of `gpuops apply` (`mig_apply_args`,
+  `mps_apply_args`, `limiter_apply_args`);
+- `history` (resolution "hour" or "minute", since, until: `history_args`): the usage buckets the
+  node's recorder kept (docs/history.md), for `gpuops tenants`, `rebalance` and the TUI's Pool
+  screen.
 """
 
 from __future__ import annotations

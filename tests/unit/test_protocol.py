@@ -111,3 +111,15 @@ def test_parse_message_only_raises_protocol_errors(line: bytes) -> None:
     orjson = pytest.importorskip("orjson")
     with contextlib.suppress(proto.ProtocolError):
         proto.parse_message(line, orjson.loads)
+
+
+def test_every_op_is_documented() -> None:
+    """The module's docstring and docs/architecture.md list every op the agent serves."""
+    from pathlib import Path
+
+    architecture = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
+    agent_section = architecture.split("## The agent", 1)[1].split("\n## ", 1)[0]
+    doc = proto.__doc__ or ""
+    for op in proto.OPS:
+        assert f"`{op}`" in doc, op
+        assert f"`{op}`" in agent_section, op
