@@ -3,7 +3,9 @@
 The nodes keep minute and hour buckets of who used each GPU (`gpuops/core/history.py`, recorded
 by the agent's service mode); this module turns them into evidence per GPU (`Evidence`) and into
 the per-team table of `gpuops tenants` (`tenant_usage`): owned, guaranteed, used (mean, p95,
-peak), borrowed, lent, idle owned capacity, memory. Attribution happens here, on the operator's
+peak), borrowed, lent, idle owned capacity, memory — and the same figures split between a team's
+silo and its part of a pool (`team_sides`, the Pool screen's table; `repool` re-reads which GPU is
+in which pool from another fleet.yaml, e.g. a proposal). Attribution happens here, on the operator's
 side, with fleet.yaml's chain (a bucket keeps the unix user, groups and limiter label of each
 key, not a team), so a change of teams re-attributes the past too.
 
@@ -13,6 +15,7 @@ seconds its GPU was actually sampled (a partial bucket weighs less; a gap is no 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -105,7 +108,7 @@ class GpuEvidence:
         return model.key if model is not None else None
 
     def mean_busy(self) -> float:
-        return _mean(self.busy, self.observed)
+        return weighted_mean(self.busy, self.observed)
 
     def p95_busy(self) -> float:
         return p95([b for b, o in zip(self.busy, self.observed, strict=True) if o > 0])
@@ -159,7 +162,9 @@ def p95(values: Sequence[float]) -> float:
     return ordered[rank - 1]
 
 
-def _mean(values: Sequence[float], weights: Sequence[float]) -> float:
+def weighted_mean(values: Sequence[float], weights: Sequence[float]) -> float:
+    """The mean of `values` weighted by `weights` (seconds observed, or 1/0 per bucket); 0 when
+    nothing weighs."""
     total = sum(weights)
     if total <= 0:
         return 0.0
@@ -337,7 +342,7 @@ def tenant_usage(evidence: Evidence, fleet: Fleet | None = None) -> tuple[Tenant
         series[team] = evidence.team_series(team)
         for i, v in enumerate(series[team]):
             totals[i] += v
-    total_used = _mean(totals, weights)
+    total_used = weighted_mean(totals, weights)
     rows = []
     for team in sorted(teams, key=lambda t: (t == UNOWNED or t == "-", t)):
         own = [g for g in evidence.gpus if g.owner == team]
@@ -355,7 +360,7 @@ def tenant_usage(evidence: Evidence, fleet: Fleet | None = None) -> tuple[Tenant
                     idle[i] += 1.0 - g.busy[i]
                     lent[i] += sum(v[i] for t, v in g.teams.items() if t != team)
         observed_values = [v for v, w in zip(s, weights, strict=True) if w]
-        used = _mean(s, weights)
+        used = weighted_mean(s, weights)
         rows.append(
             TenantUsage(
                 team=team,
@@ -366,9 +371,9 @@ def tenant_usage(evidence: Evidence, fleet: Fleet | None = None) -> tuple[Tenant
                 p95=round(p95(observed_values), 6),
                 peak=round(max(observed_values, default=0.0), 6),
                 held=round(sum(g.held.get(team, 0.0) for g in evidence.gpus), 6),
-                borrowed=round(_mean(borrowed, weights), 6),
-                lent=round(_mean(lent, weights), 6),
-                idle_owned=round(_mean(idle, weights), 6),
+                borrowed=round(weighted_mean(borrowed, weights), 6),
+                lent=round(weighted_mean(lent, weights), 6),
+                idle_owned=round(weighted_mean(idle, weights), 6),
                 memory=sum(g.memory.get(team, 0.0) for g in evidence.gpus),
                 process_p95=max((g.process_p95.get(team, 0) for g in evidence.gpus), default=0),
                 share=used / total_used if total_used > 0 else 0.0,
@@ -377,10 +382,76 @@ def tenant_usage(evidence: Evidence, fleet: Fleet | None = None) -> tuple[Tenant
     return tuple(rows)
 
 
+# ---- a pool and the silos, per team ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TeamSide:
+    """A team's silo and its part of the pool, side by side (GPU-equivalents; means over the
+    window's observed buckets)."""
+
+    team: str
+    silo_gpus: int  # GPUs it owns outside any pool
+    silo_used: float  # its GPU-time on them
+    silo_idle: float  # their idle capacity
+    pool_gpus: int  # GPUs it owns in the pool (contributed)
+    guaranteed: float  # its guarantee in the pool: share x the pool's GPUs
+    pool_used: float  # its GPU-time on the pool's GPUs
+    pool_idle: float  # guarantee it did not use: guaranteed - pool_used, at least 0
+    borrowed: float  # GPU-time beyond its guarantees, outside its silo
+    p95: float  # p95 of its GPU-time, fleet-wide
+
+
+def repool(evidence: Evidence, fleet: Fleet) -> Evidence:
+    """The evidence with each GPU's pool as `fleet` says (evidence keeps the pools of the fleet it
+    was gathered with)."""
+    names = {n.name for n in fleet.nodes}
+    gpus = tuple(
+        dataclasses.replace(
+            g,
+            pool=fleet.pool_of(g.node, g.index, g.uuid or None, g.name or None) if g.node in names else None,
+        )
+        for g in evidence.gpus
+    )
+    return dataclasses.replace(evidence, gpus=gpus)
+
+
+def team_sides(evidence: Evidence, fleet: Fleet, pool: str) -> tuple[TeamSide, ...]:
+    """Per team: silo and pool figures (teams with nothing in either are left out)."""
+    weights = [1.0 if s else 0.0 for s in evidence.observed()]
+    members = [g for g in evidence.gpus if g.pool == pool]
+    entry = fleet.pools.get(pool)
+    guarantees = entry.guarantees if entry is not None else {}
+    rows = []
+    for u in tenant_usage(evidence, fleet):
+        own = [g for g in evidence.gpus if g.owner == u.team]
+        silo = [g for g in own if g.pool is None]
+        mine = [g for g in own if g.pool == pool]
+        g = guarantees.get(u.team)
+        guaranteed = g.share / 100.0 * len(members) if g is not None else 0.0
+        pool_used = weighted_mean(evidence.team_series(u.team, members), weights)
+        side = TeamSide(
+            team=u.team,
+            silo_gpus=len(silo),
+            silo_used=weighted_mean(evidence.team_series(u.team, silo), weights),
+            silo_idle=u.idle_owned,
+            pool_gpus=len(mine),
+            guaranteed=guaranteed,
+            pool_used=pool_used,
+            pool_idle=max(0.0, guaranteed - pool_used),
+            borrowed=u.borrowed,
+            p95=u.p95,
+        )
+        if own or guaranteed or u.used >= 0.005:
+            rows.append(side)
+    return tuple(rows)
+
+
 __all__ = [
     "WINDOWS",
     "Evidence",
     "GpuEvidence",
+    "TeamSide",
     "TenantUsage",
     "Window",
     "WindowError",
@@ -389,5 +460,8 @@ __all__ = [
     "parse_window",
     "pool_guarantees",
     "pool_sizes",
+    "repool",
+    "team_sides",
     "tenant_usage",
+    "weighted_mean",
 ]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import io
 import os
 import stat
@@ -58,11 +57,14 @@ from gpuops.spec.pools import pool_selects
 from gpuops.spec.selectors import parse_selector
 from gpuops.tenancy.accounting import (
     Evidence,
+    TeamSide,
     Window,
     WindowError,
     gather_evidence,
     parse_window,
-    tenant_usage,
+    repool,
+    team_sides,
+    weighted_mean,
 )
 from gpuops.tenancy.gather import no_history, read_histories
 from gpuops.tenancy.rebalance import Options, Proposal, propose, proposed_fleet
@@ -134,23 +136,6 @@ class PoolGpu:
     @property
     def label(self) -> str:
         return key_text(self.key)
-
-
-@dataclass(frozen=True)
-class TeamSide:
-    """A team's silo and its part of the pool, side by side (GPU-equivalents; means over the
-    window's observed buckets)."""
-
-    team: str
-    silo_gpus: int  # GPUs it owns outside any pool
-    silo_used: float  # its GPU-time on them
-    silo_idle: float  # their idle capacity
-    pool_gpus: int  # GPUs it owns in the pool (contributed)
-    guaranteed: float  # its guarantee in the pool: share x the pool's GPUs
-    pool_used: float  # its GPU-time on the pool's GPUs
-    pool_idle: float  # guarantee it did not use: guaranteed - pool_used, at least 0
-    borrowed: float  # GPU-time beyond its guarantees, outside its silo
-    p95: float  # p95 of its GPU-time, fleet-wide
 
 
 @dataclass(frozen=True)
@@ -235,64 +220,12 @@ class Applied:
 # ---- figures ----------------------------------------------------------------------------------------
 
 
-def _mean(values: Sequence[float], weights: Sequence[float]) -> float:
-    total = sum(weights)
-    if total <= 0:
-        return 0.0
-    return sum(v * w for v, w in zip(values, weights, strict=True)) / total
-
-
-def repool(evidence: Evidence, fleet: Fleet) -> Evidence:
-    """The evidence with each GPU's pool as `fleet` says (evidence keeps the pools of the fleet it
-    was gathered with)."""
-    names = {n.name for n in fleet.nodes}
-    gpus = tuple(
-        dataclasses.replace(
-            g,
-            pool=fleet.pool_of(g.node, g.index, g.uuid or None, g.name or None) if g.node in names else None,
-        )
-        for g in evidence.gpus
-    )
-    return dataclasses.replace(evidence, gpus=gpus)
-
-
-def team_sides(evidence: Evidence, fleet: Fleet, pool: str) -> tuple[TeamSide, ...]:
-    """Per team: silo and pool figures (teams with nothing in either are left out)."""
-    weights = [1.0 if s else 0.0 for s in evidence.observed()]
-    members = [g for g in evidence.gpus if g.pool == pool]
-    entry = fleet.pools.get(pool)
-    guarantees = entry.guarantees if entry is not None else {}
-    rows = []
-    for u in tenant_usage(evidence, fleet):
-        own = [g for g in evidence.gpus if g.owner == u.team]
-        silo = [g for g in own if g.pool is None]
-        mine = [g for g in own if g.pool == pool]
-        g = guarantees.get(u.team)
-        guaranteed = g.share / 100.0 * len(members) if g is not None else 0.0
-        pool_used = _mean(evidence.team_series(u.team, members), weights)
-        side = TeamSide(
-            team=u.team,
-            silo_gpus=len(silo),
-            silo_used=_mean(evidence.team_series(u.team, silo), weights),
-            silo_idle=u.idle_owned,
-            pool_gpus=len(mine),
-            guaranteed=guaranteed,
-            pool_used=pool_used,
-            pool_idle=max(0.0, guaranteed - pool_used),
-            borrowed=u.borrowed,
-            p95=u.p95,
-        )
-        if own or guaranteed or u.used >= 0.005:
-            rows.append(side)
-    return tuple(rows)
-
-
 def pool_gpus(evidence: Evidence) -> tuple[PoolGpu, ...]:
     n = max(1, len(evidence.starts))
     out = []
     for g in evidence.gpus:
         users = sorted(
-            ((team, _mean(series, g.observed)) for team, series in g.teams.items()),
+            ((team, weighted_mean(series, g.observed)) for team, series in g.teams.items()),
             key=lambda tu: (-tu[1], tu[0]),
         )
         out.append(
@@ -866,13 +799,10 @@ __all__ = [
     "PoolSource",
     "PoolView",
     "Review",
-    "TeamSide",
     "carving_text",
     "draft_moves",
     "draft_planner",
     "fleet_text",
-    "repool",
-    "team_sides",
     "without",
     "write_fleet",
 ]

@@ -27,7 +27,7 @@ from gpuops.fleet.simfleet import Launched, launch, stop
 from gpuops.fleet.targets import node_targets
 from gpuops.plan.live import NodeLive, read_live
 from gpuops.spec import load_fleet, parse_fleet
-from gpuops.tenancy.accounting import Evidence, GpuEvidence, parse_window
+from gpuops.tenancy.accounting import Evidence, GpuEvidence, parse_window, team_sides
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.feed import Feed
 from gpuops.tui.keys import GLOBAL_KEYS
@@ -40,7 +40,6 @@ from gpuops.tui.pool_source import (
     draft_planner,
     fleet_text,
     pool_gpus,
-    team_sides,
     without,
     write_fleet,
 )

@@ -86,3 +86,40 @@ def test_window_resolution() -> None:
     assert parse_window("1m").resolution == "minute" and parse_window("1h").span == MINUTE
     assert parse_window("24h").resolution == "hour" and parse_window("7d").seconds == 7 * 86400
     assert len(parse_window("7d").starts(T0 + 0.5 * HOUR)) == 169
+
+
+def test_team_sides_split_silo_and_pool_and_follow_a_new_fleet() -> None:
+    """The Pool screen's per-team figures (silo and pool side by side) are accounting: computed
+    here from evidence, and again after `repool` reads the members from another fleet.yaml."""
+    from gpuops.tenancy.accounting import TeamSide, repool, team_sides, weighted_mean
+
+    fleet = parse_fleet(FLEET, "f.yaml")
+    histories: dict[str, History | str] = {
+        "a": history(
+            (gpu(0, user("alice", 0.5)), gpu(1, user("heidi", 0.25, 10))),
+            (gpu(0, user("alice", 1.0)), gpu(1)),
+        ),
+        "b": history((gpu(0, user("heidi", 0.4)),), (gpu(0, user("heidi", 0.8)),)),
+    }
+    evidence = gather_evidence(fleet, histories, parse_window("2h"), NOW)
+    sides = {s.team: s for s in team_sides(evidence, fleet, "shared")}
+    v, s = sides["vision"], sides["speech"]
+    assert isinstance(v, TeamSide)
+    assert (v.silo_gpus, v.pool_gpus, v.guaranteed) == (2, 0, 0.0)
+    assert v.silo_used == pytest.approx(0.75) and v.silo_idle == pytest.approx(1.125)
+    assert (s.silo_gpus, s.guaranteed) == (0, 0.5) and s.pool_used == pytest.approx(0.6)
+    assert s.pool_idle == 0.0 and s.borrowed == pytest.approx((0.15 + 0.3) / 2)
+
+    # vision's GPU 1 joins the pool: it leaves vision's silo, speech's work there is pool use
+    moved = parse_fleet(FLEET.replace("{nodes: b}]", "{nodes: b}, {nodes: a, gpus: '1'}]"), "f.yaml")
+    again = repool(evidence, moved)
+    assert [(g.node, g.index, g.pool) for g in again.gpus] == [
+        ("a", 0, None),
+        ("a", 1, "shared"),
+        ("b", 0, "shared"),
+    ]
+    sides = {s.team: s for s in team_sides(again, moved, "shared")}
+    assert (sides["vision"].silo_gpus, sides["vision"].pool_gpus) == (1, 1)
+    assert sides["speech"].guaranteed == 1.0  # 50% of a 2-GPU pool
+    assert sides["speech"].pool_used == pytest.approx(0.725)
+    assert weighted_mean([1.0, 3.0], [3.0, 1.0]) == 1.5 and weighted_mean([1.0], [0.0]) == 0.0

@@ -26,6 +26,7 @@ from textual.widgets import Static
 
 from gpuops.core.model import NotAvailable
 from gpuops.fleet.summary import UNOWNED, short_model
+from gpuops.tenancy.accounting import TeamSide
 from gpuops.tui import render
 from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
@@ -41,7 +42,6 @@ from gpuops.tui.pool_source import (
     PoolSource,
     PoolView,
     Review,
-    TeamSide,
     parse_key,
 )
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
