@@ -3,6 +3,7 @@
 gpuops sim up [--nodes N] [--scenario silos|large] [--dir DIR] [--seed S]   start it in the background
 gpuops sim status [--dir DIR]                                               is it running, and what
 gpuops sim down [--dir DIR]                                                 stop it (idempotent)
+gpuops sim queue [--dir DIR] [--json]                                       the queued work and where it runs
 
 DIR (default `$XDG_RUNTIME_DIR/gpuops-sim`, else `~/.cache/gpuops/sim`) receives fleet.yaml,
 known_hosts, the client key and the log. See docs/simulator.md, "Simulated fleet".
@@ -89,6 +90,11 @@ def up(
         0, "--base-port", help="Listen on consecutive ports from here (default: free ports)."
     ),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait until every node listens."),
+    queue_speed: float = typer.Option(
+        60.0,
+        "--queue-speed",
+        help="Queued work runs this many times faster than real time (60: a 6h job takes 6 minutes).",
+    ),
 ) -> None:
     """Start a simulated fleet in the background and write fleet.yaml for it."""
     from gpuops.fleet.simfleet import ScenarioError, SimFleetError, launch
@@ -97,7 +103,9 @@ def up(
     if not 0 <= base_port <= 65535:
         fail(f"--base-port must be 0 (free ports) or a port from 1 to 65535 (got {base_port})", code=2)
     try:
-        started = launch(where, scenario, nodes, seed, base_port=base_port, timeout=timeout)
+        started = launch(
+            where, scenario, nodes, seed, base_port=base_port, timeout=timeout, queue_speed=queue_speed
+        )
     except ScenarioError as exc:
         fail(escape(str(exc)), code=2)
     except SimFleetError as exc:
@@ -148,3 +156,58 @@ def status(
     typer.echo(f"sim fleet running (pid {pid})")
     for line in _describe(state, where):
         typer.echo(line)
+
+
+@sim_app.command("queue")
+def queue(
+    directory: Path | None = typer.Option(None, "--dir", help="The fleet's directory (as given to sim up)."),
+    as_json: bool = typer.Option(False, "--json", help="demand.json as the scheduler wrote it."),
+) -> None:
+    """The simulated fleet's queued work: where each job runs, what is done, per team (exit 1 when
+    there is none)."""
+    import json
+    import time
+
+    from gpuops.fleet.simfleet.demand import read_demand
+
+    where = _dir(directory)
+    doc = read_demand(where)
+    if doc is None:
+        fail(f"no queued work recorded in {where} (is a sim fleet running there? gpuops sim status)")
+    if as_json:
+        typer.echo(json.dumps(doc, indent=1))
+        return
+    for line in queue_lines(doc, time.time()):
+        typer.echo(line)
+
+
+def queue_lines(doc: dict[str, Any], now: float) -> list[str]:
+    """The queue as a person reads it: one line per job, then one per team."""
+    age = max(now - float(doc.get("updated") or now), 0.0)
+    lines = [f"Queued work (runs {float(doc.get('speed') or 1):g}x real time; updated {age:.0f}s ago)"]
+    jobs = doc.get("jobs") or []
+    rows = [("JOB", "TEAM", "STATE", "WHERE", "GRANT", "WORK", "DONE")]
+    for job in jobs:
+        where = f"{job['node']}:{job['gpu']}" if job.get("node") else "-"
+        work = float(job.get("work_hours") or 0)
+        done = float(job.get("done_hours") or 0)
+        rows.append(
+            (
+                str(job.get("id")),
+                str(job.get("team")),
+                str(job.get("state")),
+                where,
+                str(job.get("grant") or "-"),
+                f"{work:.1f}h",
+                f"{100 * done / work:.0f}%" if work else "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    for team, t in sorted((doc.get("teams") or {}).items()):
+        total = float(t.get("work_done_hours", 0)) + float(t.get("work_left_hours", 0))
+        lines.append(
+            f"{team}: {t.get('done', 0)} done, {t.get('running', 0)} running, {t.get('queued', 0)} waiting; "
+            f"{float(t.get('work_done_hours', 0)):.1f} of {total:.1f} job-hours done"
+        )
+    return lines

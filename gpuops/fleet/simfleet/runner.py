@@ -12,6 +12,7 @@ Files in DIR (mode 0700):
 | `known_hosts` | the sim fleet's host key for every node's `[127.0.0.1]:port` |
 | `id_ed25519`, `id_ed25519.pub` | the client key, the only one the nodes accept (0600) |
 | `simfleet.json` | what runs: pid, scenario, seed, epoch, teams, nodes with ports and queued work |
+| `demand.json` | the queued work: where each job runs, what is done, per team (demand.py) |
 | `simfleet.log` | the process's log (and its stdout/stderr when started by `launch`) |
 | `simfleet.lock` | held (flock) by the running process: at most one fleet per DIR |
 | `simfleet.pid`, `ready` | written when every port listens; removed on a clean exit |
@@ -29,6 +30,7 @@ import getpass
 import json
 import logging
 import logging.handlers
+import math
 import os
 import signal
 import subprocess
@@ -41,6 +43,7 @@ from typing import Any
 
 import asyncssh
 
+from gpuops.fleet.simfleet.demand import DEFAULT_SPEED, Demand
 from gpuops.fleet.simfleet.history import SimHistory
 from gpuops.fleet.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
 from gpuops.fleet.simfleet.server import SimFleetServer
@@ -52,6 +55,7 @@ KNOWN_HOSTS_PER_LINE = 64  # hosts per known_hosts line: one key parse covers ma
 STATE_VERSION = 1
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 10.0
+MAX_QUEUE_SPEED = 100000.0  # a 12 h job in half a second: faster says nothing
 
 
 class SimFleetError(Exception):
@@ -288,6 +292,7 @@ async def serve(
     seed: int = 0,
     user: str | None = None,
     base_port: int = 0,
+    queue_speed: float = DEFAULT_SPEED,
 ) -> None:
     """Serve a sim fleet until SIGTERM/SIGINT (the lock must be held by the caller)."""
     paths = SimPaths(directory)
@@ -313,6 +318,11 @@ async def serve(
     )
     server.history = history
     recording = asyncio.ensure_future(history.run())
+    # The batch scheduler that runs queued work where it is granted (demand.py).
+    demand = Demand(backends, server.state_dir, paths.dir / "demand.json", speed=queue_speed)
+    with contextlib.suppress(OSError):
+        (paths.dir / "demand.json").unlink()  # a previous fleet's jobs are not this one's
+    scheduling = asyncio.ensure_future(demand.run()) if demand.jobs else None
     try:
         port_list = [ports[node.name] for node in plan.nodes]
         _write(paths.client_key, client_key.export_private_key("openssh"), 0o600)
@@ -343,16 +353,24 @@ async def serve(
         for path in (paths.ready, paths.pid):
             with contextlib.suppress(OSError):
                 path.unlink()
-        recording.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await recording
+        for task in (recording, scheduling):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await server.close()
         history.close()
         log.info("stopped")
 
 
 def serve_main(
-    directory: Path, scenario: str, nodes: int | None, seed: int, user: str | None, base_port: int
+    directory: Path,
+    scenario: str,
+    nodes: int | None,
+    seed: int,
+    user: str | None,
+    base_port: int,
+    queue_speed: float = DEFAULT_SPEED,
 ) -> int:
     directory = directory.expanduser().absolute()
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -368,7 +386,7 @@ def serve_main(
                 path.unlink()
         _setup_logging(paths)
         try:
-            asyncio.run(serve(directory, scenario, nodes, seed, user, base_port))
+            asyncio.run(serve(directory, scenario, nodes, seed, user, base_port, queue_speed))
         except ScenarioError as exc:
             log.error("%s", exc)
             print(f"error: {exc}", file=sys.stderr)
@@ -398,9 +416,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument(
         "--base-port", type=int, default=0, help="consecutive ports from here (default: free ports)"
     )
+    run.add_argument(
+        "--queue-speed",
+        type=float,
+        default=DEFAULT_SPEED,
+        help="queued work runs this much faster than real time",
+    )
     args = parser.parse_args(argv)
     directory = args.dir if args.dir is not None else default_dir()
-    return serve_main(directory, args.scenario, args.nodes, args.seed, args.user, args.base_port)
+    return serve_main(
+        directory, args.scenario, args.nodes, args.seed, args.user, args.base_port, args.queue_speed
+    )
 
 
 # ---- starting and stopping it in the background -----------------------------------------------
@@ -433,9 +459,14 @@ def launch(
     user: str | None = None,
     base_port: int = 0,
     timeout: float = READY_TIMEOUT,
+    queue_speed: float = DEFAULT_SPEED,
 ) -> Launched:
     """Start the fleet process detached (own session, stdio to the log) and wait until ready."""
     count = len(build_fleet(scenario, nodes, seed).nodes)  # a bad scenario or count fails here
+    if not (math.isfinite(queue_speed) and 0 < queue_speed <= MAX_QUEUE_SPEED):
+        raise ScenarioError(
+            f"--queue-speed {queue_speed:g}: give a number above 0 and at most {MAX_QUEUE_SPEED:g}"
+        )
     if base_port and not 1 <= base_port <= 65536 - count:
         raise ScenarioError(f"--base-port {base_port} leaves no room for {count} consecutive ports")
     directory = directory.expanduser().absolute()
@@ -451,6 +482,7 @@ def launch(
         paths.ready.unlink()
     argv = [sys.executable, "-m", "gpuops.fleet.simfleet", "serve", "--dir", str(directory)]
     argv += ["--scenario", scenario, "--seed", str(seed), "--base-port", str(base_port)]
+    argv += ["--queue-speed", repr(float(queue_speed))]
     if nodes is not None:
         argv += ["--nodes", str(nodes)]
     if user:

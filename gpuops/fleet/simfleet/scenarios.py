@@ -397,6 +397,18 @@ def _saturated(name: str, team: _Team, shape: _Shape) -> tuple[list[Any], list[d
                 "command": f"python {job}.py",
             }
         )
+    for trial in range(4):  # a hyperparameter search: small jobs that fit any free card
+        workloads.append(
+            {
+                "name": f"{team.name}-hpo-t{trial}-queued",
+                "kind": "training",
+                "user": users[trial % len(users)],
+                "memory": "24GiB",
+                "start": "pending",
+                "duration": "3h",
+                "command": f"python hpo.py --trial {trial}",
+            }
+        )
     return gpus, workloads, f"{team.name}: every card saturated, work queued"
 
 

@@ -72,6 +72,10 @@ class _Workload:
         self.compute_instance_id: Optional[int] = None
         self.pids: Tuple[int, ...] = ()
         self.footprints: Tuple[int, ...] = ()
+        # How fast the workload's own clock runs (warm-up, checkpoints): 1 for the spec's work;
+        # a fleet scheduler that runs queued work faster than real time (simfleet/demand.py)
+        # speeds it up as much as the work, so a sped-up job looks like its full-speed self.
+        self.pace = 1.0
 
     @property
     def name(self) -> str:
@@ -273,7 +277,7 @@ class SimBackend(Backend):
             if self._state(w, t) != wl.RUNNING:
                 continue
             assert w.start is not None
-            moment = wl.Moment(self._seed, (w.name, gpu), t, t - w.start, utc, self._noise_memo)
+            moment = wl.Moment(self._seed, (w.name, gpu), t, (t - w.start) * w.pace, utc, self._noise_memo)
             activity = w.model.activity(moment, w.spec.params)
             procs.append(
                 _Proc(w, gpu, w.pids[i], w.gpu_instance_id, w.compute_instance_id, activity, w.footprints[i])
@@ -385,6 +389,54 @@ class SimBackend(Backend):
             w.start = t
             w.stop = t + duration if duration is not None else None
             return next(s for s in self.workloads(at=t) if s.name == name)
+
+    def remove_workload(self, name: str) -> WorkloadSpec:
+        """Take a workload off this node and return its spec: queued work that a fleet scheduler
+        runs on another node (`adopt_workload` there), or finished work it has accounted for."""
+        with self._lock:
+            w = self._workload(name)
+            self._workloads.remove(w)
+            return w.spec
+
+    def adopt_workload(
+        self, spec: WorkloadSpec, gpu: int, duration: float, pace: float = 1.0, at: Optional[float] = None
+    ) -> wl.WorkloadStatus:
+        """Run a workload queued elsewhere on one whole GPU of this node, from now (or `at`) for
+        `duration` seconds, its own clock running `pace` times real time. Its name must be free
+        here; its memory footprint is measured against this node's GPU."""
+        with self._lock:
+            self.device(gpu)
+            if any(w.name == spec.name for w in self._workloads):
+                where = self._spec.hostname
+                raise BackendError("ALREADY_EXISTS", "workload %r already on %s" % (spec.name, where))
+            if not (math.isfinite(duration) and duration > 0 and math.isfinite(pace) and pace > 0):
+                raise BackendError("INVALID_ARGUMENT", "duration and pace must be positive and finite")
+            t = self.now() if at is None else float(at)
+            w = _Workload(spec, wl.MODELS[spec.kind], self._epoch)
+            w.gpus = (gpu,)
+            w.pace = pace
+            w.pids = self._pids_for(spec, 1, self._pids_in_use(w))
+            w.footprints = (self._footprint(w, gpu),)
+            w.start = t
+            w.stop = t + duration
+            self._workloads.append(w)
+            return next(s for s in self.workloads(at=t) if s.name == spec.name)
+
+    def occupancy(self, gpu: int) -> Tuple[float, int, int]:
+        """(utilization %, bytes asked for by running processes, total bytes) of a whole GPU now:
+        what a batch scheduler looks at before it places a job there."""
+        with self._lock:
+            device = self.device(gpu)
+            self._refresh()
+            procs = self._processes(self.now(), gpu)
+            util = sum(p.activity.utilization_percent for p in procs)
+            if device.mig_current:
+                util = sum(
+                    p.activity.utilization_percent
+                    * device.gpu_instance_compute_share(p.gpu_instance_id or 0, p.compute_instance_id)
+                    for p in procs
+                )
+            return min(util, 100.0), sum(p.footprint for p in procs), device.hardware.memory_total_bytes
 
     def _pids_in_use(self, skip: _Workload) -> Set[int]:
         return {pid for w in self._workloads if w is not skip for pid in w.pids}
