@@ -128,6 +128,8 @@ def test_a_saturated_silo_keeps_its_queue_until_capacity_is_granted(clock: Clock
     sample = spare.sample()
     users = {g.info.index: [p.user for p in g.processes] for g in sample.gpus}
     assert users == {0: ["heidi"], 1: ["heidi"]}
+    # under the limiter on a node with a tenant table: tagged with the team that was granted
+    assert {(p.tenant, p.tenant_source) for g in sample.gpus for p in g.processes} == {("speech", "limiter")}
     assert all(g.sample.utilization_gpu_percent > 85 for g in sample.gpus)
 
     step(demand, clock, 0.6)  # eval (1 h) done at 1 s; sweep (2 h) still running

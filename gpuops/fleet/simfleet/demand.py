@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -318,8 +319,11 @@ class Demand:
         if job.runs == 0:  # the first start takes it off the queue of the node it waited on
             with contextlib.suppress(BackendError):
                 self._by_name[job.origin].backend.remove_workload(job.spec.name)
+        spec = job.spec
+        if node.table:  # on a node with a tenant table, work runs under the limiter, tagged
+            spec = dataclasses.replace(spec, limiter=True, tenant=job.team)
         try:
-            node.backend.adopt_workload(job.spec, index, max(duration, 1e-3), pace=self.speed, at=now)
+            node.backend.adopt_workload(spec, index, max(duration, 1e-3), pace=self.speed, at=now)
         except BackendError as exc:
             log.warning("%s: cannot start %s on %s:%d: %s", job.team, job.id, node.name, index, exc.message)
             return False
