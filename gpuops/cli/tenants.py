@@ -2,7 +2,7 @@
 moves idle silo GPUs into a pool, with guarantees from evidence), both from the nodes' history.
 
 gpuops tenants -f FLEET [--window 24h] [--json]
-gpuops rebalance -f FLEET [--window 7d] [--pool shared] [-o proposed.yaml] [--json]
+gpuops rebalance -f FLEET [--window 7d] [--pool shared] [--no-moves] [-o proposed.yaml] [--json]
     exit 0: nothing to change; 1: error or no feasible proposal; 2: a proposal with changes
 """
 
@@ -151,6 +151,7 @@ def _proposal_json(p: Proposal) -> dict[str, Any]:
         "capacity": p.capacity,
         "infeasible": p.infeasible,
         "moves": [dataclasses.asdict(m) for m in p.moves],
+        "returns": [dataclasses.asdict(r) for r in p.returns],
         "guarantees": [{**dataclasses.asdict(g), "share": p.share(g.team)} for g in p.guarantees],
         "carvings": [dataclasses.asdict(c) for c in p.carvings],
         "notes": list(p.notes),
@@ -164,6 +165,11 @@ def rebalance_command(
     pool: str = typer.Option("shared", "--pool", help="The pool to plan (created when missing)."),
     out: Path | None = typer.Option(None, "-o", "--out", help="Write the proposed fleet.yaml here."),
     idle: str = typer.Option("10%", "--idle", help="A GPU whose GPU-time p95 is at most this moves."),
+    no_moves: bool = typer.Option(
+        False,
+        "--no-moves",
+        help="Move no GPU: only re-guarantee and re-carve the GPUs already in the pool.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the proposal as JSON."),
     parallel: int = typer.Option(32, "--parallel", min=1, help="Nodes read at once."),
 ) -> None:
@@ -176,7 +182,7 @@ def rebalance_command(
         fail(f"--idle: {exc}")
     fleet = load_or_fail(fleet_file)
     evidence = _evidence(fleet, window, parallel)
-    proposal = propose(fleet, evidence, Options(pool=pool, idle_p95=idle_p95))
+    proposal = propose(fleet, evidence, Options(pool=pool, idle_p95=idle_p95, moves=not no_moves))
     if proposal.infeasible:
         if as_json:
             typer.echo(json.dumps(_proposal_json(proposal), indent=2))
@@ -185,7 +191,9 @@ def rebalance_command(
     try:
         text = dump_fleet(
             fleet_from_data(data, str(fleet_file), base_dir=fleet_file.parent),
-            comment=f"gpuops rebalance -f {fleet_file} --window {window} --pool {pool}\n"
+            comment=f"gpuops rebalance -f {fleet_file} --window {window} --pool {pool}"
+            + (" --no-moves" if no_moves else "")
+            + "\n"
             + "\n".join(proposal.explain()),
         )
     except SpecError as exc:  # the planner's own output must load; say so plainly if not

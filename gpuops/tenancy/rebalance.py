@@ -6,7 +6,10 @@ The rules (docs/pools.md#rebalance), each one visible in the proposal's explanat
 1. **Moves.** A GPU in nobody's pool whose GPU-time p95 over the window is at most
    `idle_p95` (default 10%), and in its latest bucket too (work that just started stays where
    it is), observed for at least `min_coverage` of the window, and not in MIG mode (re-carving
-   it would stop its instances), moves into the pool. It keeps its owner.
+   it would stop its instances), moves into the pool. It keeps its owner. `Options(moves=False)`
+   moves none; `join` and `leave` are moves by hand (a GPU given back to its silo gets its
+   limiter lines cleared by a `pool:` entry that comes first in `carve:`, and is not moved back
+   on the planner's own while that entry is there).
 2. **Floors.** Every team's guarantee in the pool is at least the p95 of its GPU-time on the
    pool's GPUs (old members and moved ones) over the window, so that with the silo GPUs it keeps
    no team is guaranteed less than it uses. A guarantee the pool already gives is kept
@@ -36,14 +39,19 @@ from typing import Any
 from gpuops.core.mig.catalog import GpuInstanceProfile, MigModel, find_model
 from gpuops.core.mig.placement import solve
 from gpuops.core.units import format_bytes
+from gpuops.spec.desired import CarveEntry
+from gpuops.spec.loader import fleet_from_data
 from gpuops.spec.model import Fleet
-from gpuops.spec.pools import Pool
-from gpuops.spec.selectors import format_gpu_indices
+from gpuops.spec.pools import Pool, pool_selects
+from gpuops.spec.selectors import format_gpu_indices, parse_selector
 from gpuops.tenancy.accounting import Evidence, GpuEvidence, p95
 
 UNITS_PER_GPU = 100  # a guarantee is laid out in whole percent of a GPU
 GIB = 1 << 30
 SHARE_DIGITS = 4  # decimals of a pool share in percent: exact to a unit for pools under 10000 GPUs
+
+
+GpuKey = tuple[str, int]  # (node, index)
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,33 @@ class Options:
     idle_p95: float = 0.10  # a GPU whose GPU-time p95 is at most this is under-used
     saturated: float = 0.90  # a team using at least this of its silo (p95) is saturated
     min_coverage: float = 0.5  # of the window's buckets a GPU must have data for, to be moved
+    # False: the planner moves no GPU on its own (`--no-moves`); it re-guarantees and re-carves
+    # the pool's GPUs, with `join` and `leave` applied.
+    moves: bool = True
+    join: tuple[GpuKey, ...] = ()  # GPUs moved into the pool by hand
+    leave: tuple[GpuKey, ...] = ()  # GPUs returned to their owners' silos by hand
+    # GPUs whose nodes have limiter lines (None: those fleet.yaml gives a limiter). A GPU of
+    # `leave` among them, that nothing but the pool gives a limiter, gets its lines cleared; a
+    # caller that knows the live tables (the Pool screen) says which.
+    lined: frozenset[GpuKey] | None = None
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    """A GPU known by index (and UUID, model where known): from evidence or a live inventory."""
+
+    node: str
+    index: int
+    uuid: str = ""
+    name: str = ""
+
+    @property
+    def key(self) -> GpuKey:
+        return (self.node, self.index)
+
+
+class MembershipError(ValueError):
+    """A GPU cannot be taken out of a pool's member selections (one line for a person)."""
 
 
 @dataclass(frozen=True)
@@ -61,14 +96,42 @@ class Move:
     owner: str | None
     p95_busy: float
     mean_busy: float
-    coverage: float
+    coverage: float  # of the window's buckets with data; 0: no history
+    by_hand: bool = False  # given in Options.join, not found idle by the planner
 
-    def explain(self) -> str:
+    def explain(self, pool: str = "") -> str:
         whose = f"{self.owner}'s silo" if self.owner else "nobody's"
-        return (
-            f"{self.node}:{self.index} ({whose}) joins the pool: GPU-time p95 {self.p95_busy:.0%}, "
-            f"mean {self.mean_busy:.0%} over {self.coverage:.0%} of the window"
+        if not self.by_hand:
+            return (
+                f"{self.node}:{self.index} ({whose}) joins the pool: GPU-time p95 {self.p95_busy:.0%}, "
+                f"mean {self.mean_busy:.0%} over {self.coverage:.0%} of the window"
+            )
+        figures = (
+            f": GPU-time p95 {self.p95_busy:.0%}, mean {self.mean_busy:.0%}"
+            if self.coverage > 0
+            else ": no history (not counted or carved until it has some)"
         )
+        return f"{self.node}:{self.index} ({whose}) joins pool {pool}, moved by hand{figures}"
+
+
+@dataclass(frozen=True)
+class Return:
+    """A GPU given back to its owner's silo (Options.leave)."""
+
+    node: str
+    index: int
+    owner: str | None
+    cleared: bool  # its limiter lines are cleared (a `pool:` entry with `limiter: {enabled: false}`)
+    keeps_mig: bool = False  # the pool carved it with MIG; nothing carves it any more
+
+    def explain(self, pool: str) -> str:
+        whose = f"{self.owner}'s silo" if self.owner else "no silo (nobody owns it)"
+        line = f"{self.node}:{self.index} leaves pool {pool} for {whose}, moved by hand"
+        if self.cleared:
+            line += "; the pool's limiter lines are removed"
+        if self.keeps_mig:
+            line += "; it keeps its MIG layout (nothing in fleet.yaml carves it any more)"
+        return line
 
 
 @dataclass(frozen=True)
@@ -118,6 +181,9 @@ class Proposal:
     carvings: tuple[GpuCarving, ...]
     notes: tuple[str, ...] = ()
     infeasible: str = ""  # why there is no proposal; "" when there is one
+    returns: tuple[Return, ...] = ()
+    automatic: bool = True  # whether the planner looked for GPUs to move (Options.moves)
+    known: tuple[GpuRef, ...] = ()  # every GPU of the evidence, to rewrite member selections
 
     def guarantee(self, team: str) -> Guarantee | None:
         return next((g for g in self.guarantees if g.team == team), None)
@@ -134,7 +200,16 @@ class Proposal:
     def explain(self) -> list[str]:
         if self.infeasible:
             return [f"no proposal for pool {self.pool}: {self.infeasible}"]
-        lines = [m.explain() for m in self.moves] or [f"no GPU to move into pool {self.pool}"]
+        lines = [m.explain(self.pool) for m in self.moves] + [r.explain(self.pool) for r in self.returns]
+        if not lines:
+            lines.append(
+                f"no GPU to move into pool {self.pool}"
+                if self.automatic
+                else f"no moves (none asked for): guarantees and carving of pool {self.pool}'s "
+                f"{self.capacity} GPUs recomputed from the evidence"
+            )
+        elif not self.automatic:
+            lines.append(f"no other moves (none asked for): pool {self.pool} has {self.capacity} GPUs")
         for g in self.guarantees:
             lines.append(
                 f"{g.team}: guaranteed {g.gpus:g} GPUs of the pool ({self.share(g.team):g}%): {g.reason}"
@@ -165,11 +240,37 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
     pool = fleet.pools.get(name)
     notes: list[str] = []
     n_buckets = max(1, len(evidence.starts))
-    members = [g for g in evidence.gpus if g.pool == name]
+    leave = set(opts.leave)
+    join = set(opts.join)
+    members = [g for g in evidence.gpus if g.pool == name and (g.node, g.index) not in leave]
     moves: list[Move] = []
     moved: list[GpuEvidence] = []
-    for g in evidence.gpus:
+    by_key = {(g.node, g.index): g for g in evidence.gpus}
+    for key in sorted(join - leave):
+        g = by_key.get(key)
+        if g is None:
+            owner = fleet.gpu_owner(key[0], key[1]) if _in_fleet(fleet, key[0]) else None
+            moves.append(Move(key[0], key[1], owner, 0.0, 0.0, 0.0, by_hand=True))
+            continue
+        if g.pool == name:
+            continue
         if g.pool is not None:
+            return _infeasible(
+                name, evidence, f"{g.label()} is in pool {g.pool}: take it out of that pool first"
+            )
+        coverage = sum(1 for o in g.observed if o > 0) / n_buckets
+        moves.append(Move(g.node, g.index, g.owner, g.p95_busy(), g.mean_busy(), coverage, by_hand=True))
+        moved.append(g)
+    given_back = _given_back(fleet, name, evidence) if opts.moves else set()
+    for g in evidence.gpus if opts.moves else ():
+        if g.pool is not None or (g.node, g.index) in join | leave:
+            continue
+        if (g.node, g.index) in given_back:
+            # The operator's decision stands until the entry that records it is deleted.
+            notes.append(
+                f"{g.label()} stays: it was given back to its silo by hand (a carve entry of pool "
+                f"{name} clears its limiter lines; delete it to let the planner move the GPU)"
+            )
             continue
         coverage = sum(1 for o in g.observed if o > 0) / n_buckets
         if coverage < opts.min_coverage:
@@ -190,6 +291,7 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
         moved.append(g)
     pool_gpus = members + moved
     capacity = len(pool_gpus)
+    returns = _returns(fleet, evidence, name, leave, opts.lined)
     total_units = capacity * UNITS_PER_GPU
 
     # Floors: p95 of each team's GPU-time on the pool's GPUs.
@@ -229,6 +331,8 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
                 f"the teams' p95 use of the pool's GPUs adds up to {sum(floors.values()) / 100:g} GPUs, "
                 f"more than its {capacity}: no carving can guarantee all of it"
             ),
+            returns=returns,
+            automatic=opts.moves,
         )
     cut = _fit(units, floors, total_units)
     if cut:
@@ -270,8 +374,74 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
         )
     carvings = _carve(pool_gpus, fleet, pool, {g.team: g.units for g in guarantees}, memory_need, notes)
     return Proposal(
-        name, evidence.window.text, capacity, tuple(moves), tuple(guarantees), carvings, tuple(notes)
+        name,
+        evidence.window.text,
+        capacity,
+        tuple(moves),
+        tuple(guarantees),
+        carvings,
+        tuple(notes),
+        returns=returns,
+        automatic=opts.moves,
+        known=tuple(GpuRef(g.node, g.index, g.uuid, g.name) for g in evidence.gpus),
     )
+
+
+def _infeasible(name: str, evidence: Evidence, why: str) -> Proposal:
+    return Proposal(name, evidence.window.text, 0, (), (), (), infeasible=why)
+
+
+def _in_fleet(fleet: Fleet, node: str) -> bool:
+    return any(n.name == node for n in fleet.nodes)
+
+
+def _returns(
+    fleet: Fleet, evidence: Evidence, name: str, leave: set[GpuKey], lined: frozenset[GpuKey] | None
+) -> tuple[Return, ...]:
+    """The GPUs of `leave` that are in the pool, each with whether its limiter lines must be
+    cleared: the pool gave it its limiter (or the nodes have lines, `lined`), and once the pool's
+    entries are gone nothing else in fleet.yaml sets one (a silo GPU's own entry wins then)."""
+    if not leave:
+        return ()
+    refs = {(g.node, g.index): g for g in evidence.gpus}
+    rest = _without_pool_entries(fleet, name)
+    out = []
+    for node, index in sorted(leave):
+        if not _in_fleet(fleet, node):
+            continue
+        g = refs.get((node, index))
+        uuid, model = (g.uuid or None, g.name or None) if g is not None else (None, None)
+        if fleet.pool_of(node, index, uuid, model) != name:
+            continue
+        before = fleet.desired_for(node, index, uuid, model)
+        after = rest.desired_for(node, index, uuid, model)
+        had_lines = before.limiter is not None if lined is None else (node, index) in lined
+        out.append(
+            Return(
+                node,
+                index,
+                fleet.gpu_owner(node, index),
+                cleared=had_lines and after.limiter is None,
+                keeps_mig=before.mig is not None and after.mig is None,
+            )
+        )
+    return tuple(out)
+
+
+def _given_back(fleet: Fleet, name: str, evidence: Evidence) -> set[GpuKey]:
+    """GPUs of the evidence that a reset entry of the pool selects (given back by hand)."""
+    resets = [e for e in fleet.carve if _is_reset(e, name)]
+    if not resets:
+        return set()
+    refs = [GpuRef(g.node, g.index, g.uuid, g.name) for g in evidence.gpus]
+    return {r.key for e in resets for r in _picked(fleet, e.select, refs)[0]}
+
+
+def _without_pool_entries(fleet: Fleet, name: str) -> Fleet:
+    data = fleet.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    data["version"] = fleet.version
+    data["carve"] = [e for e in data.get("carve", []) if e.get("pool") != name]
+    return fleet_from_data(data)
 
 
 def _kept_memory(pool: Pool | None, team: str) -> int | None:
@@ -454,16 +624,24 @@ def _limiter(c: GpuCarving, pool: Pool | None, need: Mapping[str, int]) -> dict[
     return {"policy": policy, "tenants": tenants}
 
 
-def proposed_fleet(fleet: Fleet, proposal: Proposal) -> dict[str, Any]:
-    """fleet.yaml's data with the proposal applied: the pool's members and guarantees, and its
-    carve entries (`pool: NAME`) rewritten; everything else as it was."""
+def proposed_fleet(fleet: Fleet, proposal: Proposal, known: Sequence[GpuRef] = ()) -> dict[str, Any]:
+    """fleet.yaml's data with the proposal applied: the pool's members (moves added, returns taken
+    out) and guarantees, and its carve entries (`pool: NAME`) rewritten; everything else as it
+    was. `known`: GPUs besides the evidence's (live inventories) that a member selection taken
+    apart may need. Raises MembershipError when a selection selects GPUs nobody knows."""
     data = fleet.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
     data["version"] = fleet.version
     name = proposal.pool
     pool = fleet.pools.get(name)
+    if pool is None and not proposal.moves:  # no pool to make: not even an empty one
+        return {"version": data.pop("version"), **data}
     pools = data.setdefault("pools", {})
     entry = pools.setdefault(name, {})
     selects = list(entry.get("gpus", []))
+    refs = _known(proposal, known)
+    leaving = {(r.node, r.index) for r in proposal.returns}
+    if leaving and pool is not None:
+        selects = without(fleet, name, selects, leaving, refs)
     by_node: dict[str, list[int]] = {}
     for m in proposal.moves:
         by_node.setdefault(m.node, []).append(m.index)
@@ -478,7 +656,13 @@ def proposed_fleet(fleet: Fleet, proposal: Proposal) -> dict[str, Any]:
             item["memory"] = _size_text(g.memory)
         guarantees[g.team] = item
     entry["guarantees"] = guarantees
-    carve = [e for e in data.get("carve", []) if e.get("pool") != name]
+    members = {(c.node, c.index) for c in proposal.carvings} | {(m.node, m.index) for m in proposal.moves}
+    written = data.get("carve", [])
+    resets = _resets(fleet, name, written, members, refs)
+    cleared = {(r.node, r.index) for r in proposal.returns if r.cleared}
+    for node, indices in _by_node(cleared - _selected(fleet, resets, refs), [n.name for n in fleet.nodes]):
+        resets.append(_reset_entry(name, node, indices))
+    carve = [e for e in written if e.get("pool") != name]
     groups: dict[tuple[str, str], tuple[dict[str, Any], list[int]]] = {}
     for c in proposal.carvings:
         if c.kind == "mig":
@@ -492,8 +676,140 @@ def proposed_fleet(fleet: Fleet, proposal: Proposal) -> dict[str, Any]:
     for (node, _), (body, indices) in groups.items():
         select = {"nodes": node, "gpus": format_gpu_indices(set(indices))}
         carve.append({"select": select, "pool": name, **body})
-    data["carve"] = carve
+    # Resets come first: any later entry that sets the GPU's limiter (its owner's own, or the
+    # pool's when it joins again) wins over them.
+    data["carve"] = resets + carve
     return {"version": data.pop("version"), **data}
 
 
-__all__ = ["GpuCarving", "Guarantee", "Move", "Options", "Proposal", "propose", "proposed_fleet"]
+# ---- membership and the limiter lines of GPUs given back -------------------------------------------
+
+
+def _known(proposal: Proposal, known: Sequence[GpuRef]) -> list[GpuRef]:
+    seen = {r.key: r for r in proposal.known}
+    for r in known:
+        seen.setdefault(r.key, r)
+    return list(seen.values())
+
+
+def _by_node(keys: set[GpuKey], order: Sequence[str]) -> list[tuple[str, list[int]]]:
+    groups: dict[str, list[int]] = {}
+    for node, index in keys:
+        groups.setdefault(node, []).append(index)
+    rank = {n: i for i, n in enumerate(order)}
+    return sorted(groups.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+
+
+def _reset_entry(pool: str, node: str, indices: Sequence[int]) -> dict[str, Any]:
+    return {
+        "select": {"nodes": node, "gpus": format_gpu_indices(set(indices))},
+        "pool": pool,
+        "limiter": {"enabled": False},
+    }
+
+
+def _is_reset(entry: CarveEntry, pool: str) -> bool:
+    """An entry this pool wrote for GPUs it gave back: their limiter lines cleared, nothing else."""
+    return (
+        entry.pool == pool
+        and entry.limiter is not None
+        and not entry.limiter.enabled
+        and entry.mig is None
+        and entry.mps is None
+    )
+
+
+def _picked(fleet: Fleet, select: Any, refs: Sequence[GpuRef]) -> tuple[list[GpuRef], list[str]]:
+    """The known GPUs a selection selects, and the selected nodes none of whose GPUs is known."""
+    by_node: dict[str, list[GpuRef]] = {}
+    for ref in refs:
+        by_node.setdefault(ref.node, []).append(ref)
+    matcher = parse_selector(select.nodes)
+    picked: list[GpuRef] = []
+    unknown: list[str] = []
+    for node in fleet.nodes:
+        if not matcher.matches(node.name, node.labels):
+            continue
+        mine = by_node.get(node.name, [])
+        if not mine:
+            unknown.append(node.name)
+        picked += [r for r in mine if pool_selects(select, node, r.index, r.uuid or None, r.name or None)]
+    return picked, unknown
+
+
+def _selected(fleet: Fleet, entries: Sequence[dict[str, Any]], refs: Sequence[GpuRef]) -> set[GpuKey]:
+    out: set[GpuKey] = set()
+    for e in entries:
+        select = CarveEntry.model_validate(e).select
+        out |= {r.key for r in _picked(fleet, select, refs)[0]}
+    return out
+
+
+def _resets(
+    fleet: Fleet, pool: str, written: Sequence[dict[str, Any]], members: set[GpuKey], refs: Sequence[GpuRef]
+) -> list[dict[str, Any]]:
+    """The pool's reset entries that stay: as written where they select no member of the new pool,
+    else as explicit entries of the other GPUs they select (a GPU back in the pool gets the pool's
+    limiter lines again)."""
+    out: list[dict[str, Any]] = []
+    for model, data in zip(fleet.carve, written, strict=True):
+        if not _is_reset(model, pool):
+            continue
+        picked, _ = _picked(fleet, model.select, refs)
+        keep = {r.key for r in picked if r.key not in members}
+        if len(keep) == len(picked):
+            out.append(data)
+            continue
+        for node, indices in _by_node(keep, [n.name for n in fleet.nodes]):
+            out.append(_reset_entry(pool, node, indices))
+    return out
+
+
+def without(
+    fleet: Fleet, pool: str, selects: list[Any], leave: set[GpuKey], known: Sequence[GpuRef]
+) -> list[Any]:
+    """The pool's member selections (`selects`: the data of `fleet.pools[pool].gpus`, in order)
+    with the GPUs of `leave` taken out: a selection that selects none of them stays as written;
+    one that does is replaced by explicit selections of the other GPUs it selects (there is no
+    way to write "these nodes but not that GPU"). Raises MembershipError when that needs GPUs
+    nobody knows (a selected node with no history and no live data)."""
+    entry = fleet.pools[pool]
+    out: list[Any] = []
+    for sel, data in zip(entry.gpus, selects, strict=True):
+        picked, unknown = _picked(fleet, sel, known)
+        if not any(r.key in leave for r in picked):
+            out.append(data)
+            continue
+        if unknown:
+            raise MembershipError(
+                f"cannot take GPUs out of pool {pool}: its selection {_show(data)} also selects "
+                f"{unknown[0]}, whose GPUs are not known (no history, no live data); edit fleet.yaml"
+            )
+        keep = {r.key for r in picked if r.key not in leave}
+        for node_name, indices in _by_node(keep, [n.name for n in fleet.nodes]):
+            out.append({"nodes": node_name, "gpus": format_gpu_indices(set(indices))})
+    return out
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_show(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return str(value)
+
+
+__all__ = [
+    "GpuCarving",
+    "GpuKey",
+    "GpuRef",
+    "Guarantee",
+    "MembershipError",
+    "Move",
+    "Options",
+    "Proposal",
+    "Return",
+    "propose",
+    "proposed_fleet",
+    "without",
+]

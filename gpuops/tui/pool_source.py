@@ -13,10 +13,11 @@ The steps, as `gpuops tenants`, `rebalance`, `plan` and `apply` do them:
    (`read_histories`) and live state (`read_fleet`: MIG layout, limiter table), evidence per GPU
    and the per-team figures of the silos and the pool (`PoolView`).
 2. `draft_moves(view, current, join, leave)` or `draft_planner(view, current)`: the new fleet.yaml
-   data (`Draft`): GPU selections of `pools.<name>.gpus` added or taken out, then the planner
-   (`propose` + `proposed_fleet`) recomputes the guarantees and the carve entries marked
-   `pool: NAME` for the new members. A GPU taken out of the pool gets `limiter: {enabled: false}`
-   when nothing else in fleet.yaml sets its limiter, so that the pool's tenant lines leave with it.
+   data (`Draft`) from the planner (`propose` + `proposed_fleet`). Moves by hand are the
+   planner's `Options(moves=False, join=..., leave=...)`: it moves nothing on its own, rewrites
+   the members, recomputes the guarantees and the carve entries marked `pool: NAME`, and clears
+   the limiter lines of a GPU given back (`Options.lined`: those fleet.yaml as read or the node
+   gives lines) when nothing else in fleet.yaml sets its limiter.
 3. `PoolSource.review(draft)`: the new file's text and its plan against the live nodes (what
    `gpuops plan` prints).
 4. `PoolSource.apply(review)`: fleet.yaml rewritten (atomically, the old one kept as
@@ -53,8 +54,6 @@ from gpuops.plan.model import Plan, digest
 from gpuops.plan.render import plan_lines
 from gpuops.spec import Fleet, dump_fleet, fleet_from_data, load_fleet, parse_fleet
 from gpuops.spec.errors import SpecError
-from gpuops.spec.pools import pool_selects
-from gpuops.spec.selectors import parse_selector
 from gpuops.tenancy.accounting import (
     Evidence,
     TeamSide,
@@ -67,16 +66,21 @@ from gpuops.tenancy.accounting import (
     weighted_mean,
 )
 from gpuops.tenancy.gather import no_history, read_histories
-from gpuops.tenancy.rebalance import Options, Proposal, propose, proposed_fleet
+from gpuops.tenancy.rebalance import (
+    GpuKey,
+    GpuRef,
+    MembershipError,
+    Options,
+    Proposal,
+    propose,
+    proposed_fleet,
+)
 from gpuops.tui.feed import CollectorSource
 
 WINDOWS = ("1h", "24h", "7d")
 DEFAULT_WINDOW = "24h"
 DEFAULT_POOL = "shared"
-NO_MOVES = -1.0  # Options.idle_p95 below any GPU-time: the planner moves nothing on its own
 APPLY_PARALLEL = 10
-
-GpuKey = tuple[str, int]  # (node, index)
 
 
 class PoolError(Exception):
@@ -101,16 +105,6 @@ class FleetFileSource(CollectorSource):
 
 
 # ---- what the screen shows --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GpuRef:
-    """A GPU the operator may name: from the nodes' history or their live inventory."""
-
-    node: str
-    index: int
-    uuid: str = ""
-    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -273,83 +267,6 @@ def carving_text(live: NodeLive, gpu: Gpu) -> str:
 # ---- fleet.yaml data ----------------------------------------------------------------------------------
 
 
-def fleet_data(fleet: Fleet) -> dict[str, Any]:
-    data = fleet.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-    data["version"] = fleet.version
-    return {"version": data.pop("version"), **data}
-
-
-def gpus_text(indices: Iterable[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5'."""
-    parts: list[str] = []
-    run: list[int] = []
-    for i in sorted(set(indices)):
-        if run and i == run[-1] + 1:
-            run.append(i)
-            continue
-        if run:
-            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [i]
-    if run:
-        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(parts)
-
-
-def _by_node(keys: Iterable[GpuKey], order: Sequence[str]) -> list[tuple[str, list[int]]]:
-    groups: dict[str, list[int]] = {}
-    for node, index in keys:
-        groups.setdefault(node, []).append(index)
-    rank = {n: i for i, n in enumerate(order)}
-    return sorted(groups.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
-
-
-def without(
-    fleet: Fleet, pool: str, selects: list[Any], leave: set[GpuKey], known: Sequence[GpuRef]
-) -> list[Any]:
-    """The pool's member selections (`selects`: the data of `fleet.pools[pool].gpus`, in order)
-    with the GPUs of `leave` taken out: a selection that selects none of them stays as written;
-    one that does is replaced by explicit selections of the other GPUs it selects (there is no
-    way to write "these nodes but not that GPU"). Raises PoolError when that needs GPUs nobody
-    knows (a selected node with no history and no live data)."""
-    entry = fleet.pools[pool]
-    nodes = {n.name: n for n in fleet.nodes}
-    by_node: dict[str, list[GpuRef]] = {}
-    for ref in known:
-        by_node.setdefault(ref.node, []).append(ref)
-    out: list[Any] = []
-    for sel, data in zip(entry.gpus, selects, strict=True):
-        picked: list[GpuRef] = []
-        unknown: list[str] = []
-        matcher = parse_selector(sel.nodes)
-        for name, node in nodes.items():
-            if not matcher.matches(node.name, node.labels):
-                continue
-            refs = by_node.get(name, [])
-            if not refs:
-                unknown.append(name)
-            picked += [r for r in refs if pool_selects(sel, node, r.index, r.uuid or None, r.name or None)]
-        if not any((r.node, r.index) in leave for r in picked):
-            out.append(data)
-            continue
-        if unknown:
-            raise PoolError(
-                f"cannot take GPUs out of pool {pool}: its selection {_show(data)} also selects "
-                f"{unknown[0]}, whose GPUs are not known (no history, no live data); edit fleet.yaml"
-            )
-        keep = [(r.node, r.index) for r in picked if (r.node, r.index) not in leave]
-        for node_name, indices in _by_node(keep, list(nodes)):
-            out.append({"nodes": node_name, "gpus": gpus_text(indices)})
-    return out
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_show(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
-    return str(value)
-
-
 def _load_data(data: dict[str, Any], view: PoolView) -> Fleet:
     try:
         return fleet_from_data(data, str(view.file), base_dir=view.file.parent)
@@ -372,20 +289,15 @@ def _refs(view: PoolView, known: Sequence[GpuRef]) -> list[GpuRef]:
     return list(seen.values())
 
 
-def _silo_returns(
-    view: PoolView, data: dict[str, Any], fleet: Fleet, left: Sequence[GpuKey], refs: Mapping[GpuKey, GpuRef]
-) -> tuple[dict[str, Any], list[str]]:
-    """Carve entries that clear the limiter lines of GPUs leaving the pool (when nothing else in
-    fleet.yaml sets their limiter), and notes for MIG layouts that stay."""
-    clear: list[GpuKey] = []
-    notes = []
-    for key in left:
-        ref = refs.get(key, GpuRef(*key))
-        uuid, model = ref.uuid or None, ref.name or None
-        if fleet.pool_of(key[0], key[1], uuid, model) is not None:
-            continue
-        after = fleet.desired_for(key[0], key[1], uuid, model)
-        before = view.fleet.desired_for(key[0], key[1], uuid, model)
+def _lined(view: PoolView, keys: Sequence[GpuKey], refs: Sequence[GpuRef]) -> frozenset[GpuKey]:
+    """Of `keys`, the GPUs whose limiter lines are on the nodes: fleet.yaml as read gives them a
+    limiter, or their node reports lines for them. A GPU that joined in the change under review
+    and leaves again never got any."""
+    by_key = {r.key: r for r in refs}
+    out = set()
+    for key in keys:
+        ref = by_key.get(key, GpuRef(*key))
+        on_disk = view.fleet.desired_for(key[0], key[1], ref.uuid or None, ref.name or None)
         live = view.lives.get(key[0])
         gpu = next((g for g in live.gpus if g.info.index == key[1]), None) if live is not None else None
         has_lines = bool(
@@ -394,24 +306,9 @@ def _silo_returns(
             and live.limiter
             and any(x.applies_to(gpu) for x in live.limiter)
         )
-        if after.limiter is None and (before.limiter is not None or has_lines):
-            clear.append(key)
-        if after.mig is None and before.mig is not None:
-            notes.append(f"{key_text(key)} keeps its MIG layout (nothing in fleet.yaml carves it any more)")
-    if not clear:
-        return data, notes
-    carve = list(data.get("carve", []))
-    for node, indices in _by_node(clear, [n.name for n in fleet.nodes]):
-        carve.append({"select": {"nodes": node, "gpus": gpus_text(indices)}, "limiter": {"enabled": False}})
-        notes.append(f"{node}:{gpus_text(indices)}: the pool's limiter lines are removed (back in the silo)")
-    return {**data, "carve": carve}, notes
-
-
-def _explain(proposal: Proposal, extra: Sequence[str], by_hand: bool) -> tuple[str, ...]:
-    lines = proposal.explain()
-    if by_hand and not proposal.moves and lines and lines[0].startswith("no GPU to move into pool"):
-        lines = lines[1:]
-    return (*extra, *lines)
+        if on_disk.limiter is not None or has_lines:
+            out.add(key)
+    return frozenset(out)
 
 
 def _finish(
@@ -457,7 +354,6 @@ def draft_moves(
     base = current.fleet if current is not None else view.fleet
     evidence = repool(view.evidence, base)
     where = {(g.node, g.index): g.pool for g in evidence.gpus}
-    by_key = {(g.node, g.index): g for g in evidence.gpus}
     join, leave = sorted(set(join)), sorted(set(leave))
     for key in join:
         other = where.get(key)
@@ -471,34 +367,18 @@ def draft_moves(
         if leave:
             raise PoolError(f"{_few(leave)} {'is' if len(leave) == 1 else 'are'} not in pool {pool}")
         raise PoolError("no GPU to move: mark GPUs with space first")
-    data = fleet_data(base)
-    entry = data.setdefault("pools", {}).setdefault(pool, {})
-    selects = list(entry.get("gpus", []))
     refs = _refs(view, known)
-    if out:
-        selects = without(base, pool, selects, set(out), refs)
-    order = [n.name for n in base.nodes]
-    for node, indices in _by_node(add, order):
-        selects.append({"nodes": node, "gpus": gpus_text(indices)})
-    entry["gpus"] = selects
-    middle = _load_data(data, view)
-    proposal = propose(middle, repool(view.evidence, middle), Options(pool=pool, idle_p95=NO_MOVES))
+    options = Options(
+        pool=pool, moves=False, join=tuple(add), leave=tuple(out), lined=_lined(view, out, refs)
+    )
+    proposal = propose(base, evidence, options)
     if proposal.infeasible:
         raise PoolError(proposal.explain()[0])
-    new = proposed_fleet(middle, proposal)
-    new, notes = _silo_returns(view, new, _load_data(new, view), out, {(r.node, r.index): r for r in refs})
-    lines = []
-    for key in add:
-        g = by_key.get(key)
-        whose = f"{g.owner}'s silo" if g is not None and g.owner else "nobody's"
-        figures = f": GPU-time p95 {g.p95_busy():.0%}, mean {g.mean_busy():.0%}" if g is not None else ""
-        lines.append(f"{key_text(key)} ({whose}) joins pool {pool}, moved by hand{figures}")
-    for key in out:
-        g = by_key.get(key)
-        whose = f"{g.owner}'s silo" if g is not None and g.owner else "no silo (nobody owns it)"
-        lines.append(f"{key_text(key)} leaves pool {pool} for {whose}, moved by hand")
-    explanation = _on_top(current) + _explain(proposal, lines, True) + tuple(notes)
-    return _finish(view, "moves", new, proposal, explanation)
+    try:
+        new = proposed_fleet(base, proposal, refs)
+    except MembershipError as exc:
+        raise PoolError(str(exc)) from None
+    return _finish(view, "moves", new, proposal, _on_top(current) + tuple(proposal.explain()))
 
 
 def draft_planner(view: PoolView, current: Draft | None = None) -> Draft:
@@ -575,12 +455,13 @@ def _edited(original: str, pool: str, data: dict[str, Any]) -> str:
         raise ValueError("carve is not a list")
     kept = [e for e in written or [] if not (isinstance(e, dict) and e.get("pool") == pool)]
     wanted = list(data.get("carve", []))
-    others = [e for e in wanted[: len(kept)] if e.get("pool") != pool]
-    if len(others) != len(kept):
+    # The pool's entries are new; every other entry is the written one, in its place among them
+    # (entries that clear given-back GPUs' lines come before the others).
+    if sum(1 for e in wanted if e.get("pool") != pool) != len(kept):
         raise ValueError("carve entries do not line up")
-    added = [_styled(e) for e in wanted[len(kept) :]]
-    if kept or added or written is not None:
-        carve = CommentedSeq([*kept, *added])
+    others = iter(kept)
+    carve = CommentedSeq(_styled(e) if e.get("pool") == pool else next(others) for e in wanted)
+    if carve or written is not None:
         doc["carve"] = carve
     out = io.StringIO()
     yaml.dump(doc, out)
@@ -793,7 +674,6 @@ __all__ = [
     "Applied",
     "Draft",
     "FleetFileSource",
-    "GpuRef",
     "PoolError",
     "PoolGpu",
     "PoolSource",
@@ -803,6 +683,5 @@ __all__ = [
     "draft_moves",
     "draft_planner",
     "fleet_text",
-    "without",
     "write_fleet",
 ]

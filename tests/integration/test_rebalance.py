@@ -79,6 +79,19 @@ def test_rebalance_proposal_plans_applies_and_converges(fleet: Launched) -> None
     again = gpuops("rebalance", "-f", str(proposed), "--window", "24h", "--json")
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout)["moves"] == []
+    recarve = gpuops("rebalance", "-f", str(proposed), "--window", "24h", "--no-moves")
+    assert recarve.returncode == 0, recarve.stdout + recarve.stderr
+    assert recarve.stdout.startswith("no moves (none asked for): guarantees and carving of pool shared's")
+
+
+def test_no_moves_moves_nothing(fleet: Launched) -> None:
+    result = gpuops(
+        "rebalance", "-f", str(fleet.dir / "fleet.yaml"), "--window", "24h", "--no-moves", "--json"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr  # no pool yet, none made
+    doc = json.loads(result.stdout)
+    assert doc["moves"] == [] and doc["returns"] == [] and not doc["changed"]
+    assert doc["explanation"][0].startswith("no moves (none asked for)")
 
 
 def test_bad_inputs_give_one_line(fleet: Launched, tmp_path: Path) -> None:

@@ -27,12 +27,12 @@ from gpuops.fleet.simfleet import Launched, launch, stop
 from gpuops.fleet.targets import node_targets
 from gpuops.plan.live import NodeLive, read_live
 from gpuops.spec import load_fleet, parse_fleet
-from gpuops.tenancy.accounting import Evidence, GpuEvidence, parse_window, team_sides
+from gpuops.tenancy.accounting import Evidence, team_sides
+from gpuops.tenancy.rebalance import GpuRef, without
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.feed import Feed
 from gpuops.tui.keys import GLOBAL_KEYS
 from gpuops.tui.pool_source import (
-    GpuRef,
     PoolError,
     PoolSource,
     PoolView,
@@ -40,7 +40,6 @@ from gpuops.tui.pool_source import (
     draft_planner,
     fleet_text,
     pool_gpus,
-    without,
     write_fleet,
 )
 from gpuops.tui.screens.confirm import ConfirmScreen
@@ -48,6 +47,7 @@ from gpuops.tui.screens.help import HelpScreen
 from gpuops.tui.screens.pool import PoolScreen
 from gpuops.tui.table import LiveTable
 from gpuops.tui.widgets import StatusBar, TopBar
+from tests.tenancy_helpers import NOW, steady_evidence
 
 SIZE = (160, 60)
 
@@ -342,36 +342,14 @@ carve:
   - select: {nodes: gpu-b-01}
     limiter: {tenants: {vision: {compute: 100%}}}
 """
-NOW = 1772409600.0 + 14 * 3600
 A100 = "NVIDIA A100-SXM4-80GB"
 
 
 def evidence(busy: dict[tuple[str, int], float], fleet_text_: str = FLEET) -> Evidence:
+    """Each GPU busy at a steady rate, all of it its owner's work."""
     fleet = parse_fleet(fleet_text_)
-    window = parse_window("24h")
-    starts = window.starts(NOW)
-    gpus = []
-    for (node, index), value in sorted(busy.items()):
-        owner = fleet.gpu_owner(node, index)
-        series = tuple(value for _ in starts)
-        gpus.append(
-            GpuEvidence(
-                node=node,
-                index=index,
-                uuid=f"GPU-{node}-{index}",
-                name=A100,
-                memory_total=80 << 30,
-                owner=owner,
-                pool=fleet.pool_of(node, index, f"GPU-{node}-{index}", A100),
-                observed=tuple(3600.0 for _ in starts),
-                busy=series,
-                teams={owner: series} if value and owner else {},
-                held={owner: value} if value and owner else {},
-                memory={},
-                process_p95={},
-            )
-        )
-    return Evidence(window, NOW, starts, tuple(gpus))
+    use = {key: {owner: value} if (owner := fleet.gpu_owner(*key)) else {} for key, value in busy.items()}
+    return steady_evidence(fleet, use, A100)
 
 
 def view_of(text: str, busy: dict[tuple[str, int], float], tmp_path: Path, pool: str = "shared") -> PoolView:
@@ -409,7 +387,11 @@ def test_moves_by_hand_keep_the_file_and_grant_the_saturated_team(tmp_path: Path
     pool = draft.data["pools"]["shared"]
     assert pool["gpus"] == [{"nodes": "gpu-a-01", "gpus": "0-1"}]
     assert pool["guarantees"] == {"vision": {"share": "100%"}}  # saturated: granted the 2 GPUs
-    assert not draft.proposal.moves  # the planner moved nothing of its own (GPUs 2, 3 are idle too)
+    # the planner moved nothing of its own (GPUs 2, 3 are idle too), and says what was done
+    assert [(m.index, m.by_hand) for m in draft.proposal.moves] == [(0, True), (1, True)]
+    assert not draft.proposal.automatic
+    assert "no other moves (none asked for): pool shared has 2 GPUs" in draft.explanation
+    assert not any(line.startswith("no GPU to move") for line in draft.explanation)
     robotics = {t.team: t for t in draft.teams}["robotics"]
     assert (robotics.silo_gpus, robotics.pool_gpus, robotics.silo_idle) == (2, 2, 2.0)
     assert draft.explanation[0].startswith("gpu-a-01:0 (robotics's silo) joins pool shared, moved by hand")
@@ -448,10 +430,14 @@ def test_taking_gpus_out_expands_a_selection_and_clears_their_lines(tmp_path: Pa
     draft = draft_moves(view, None, leave=[("gpu-a-01", 2)])
     assert draft.left == (("gpu-a-01", 2),)
     assert draft.data["pools"]["shared"]["gpus"] == [{"nodes": "gpu-a-01", "gpus": "0-1,3"}]
-    assert {"select": {"nodes": "gpu-a-01", "gpus": "2"}, "limiter": {"enabled": False}} in draft.data[
-        "carve"
-    ]
-    assert any("pool's limiter lines are removed" in line for line in draft.explanation)
+    # the entry that clears its lines is the pool's, and first: the owner's own entries win over it
+    reset = {"select": {"nodes": "gpu-a-01", "gpus": "2"}, "pool": "shared", "limiter": {"enabled": False}}
+    assert draft.data["carve"][0] == reset
+    assert (
+        "gpu-a-01:2 leaves pool shared for robotics's silo, moved by hand; "
+        "the pool's limiter lines are removed" in draft.explanation
+    )
+    assert not draft.proposal.moves and draft.proposal.returns[0].cleared
     fleet = draft.fleet
     assert fleet.pool_of("gpu-a-01", 2) is None
     desired = fleet.desired_for("gpu-a-01", 2)

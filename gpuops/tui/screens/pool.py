@@ -27,6 +27,7 @@ from textual.widgets import Static
 from gpuops.core.model import NotAvailable
 from gpuops.fleet.summary import UNOWNED, short_model
 from gpuops.tenancy.accounting import TeamSide
+from gpuops.tenancy.rebalance import GpuKey, GpuRef
 from gpuops.tui import render
 from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
@@ -35,8 +36,6 @@ from gpuops.tui.pool_source import (
     WINDOWS,
     Applied,
     Draft,
-    GpuKey,
-    GpuRef,
     PoolError,
     PoolGpu,
     PoolSource,

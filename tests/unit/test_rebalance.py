@@ -1,0 +1,121 @@
+"""The rebalance planner on hand-made evidence: moves by hand only (`Options(moves=False)`, the
+CLI's `--no-moves`, the Pool screen's moves), GPUs given back to their silos, and what `gpuops
+plan` makes of the result against a node's live limiter table."""
+
+from __future__ import annotations
+
+from gpuops.node.backends.sim import SimBackend
+from gpuops.plan.diff import make_plan
+from gpuops.plan.live import LimiterLine, NodeLive
+from gpuops.spec import dump_fleet, fleet_from_data, parse_fleet
+from gpuops.spec.model import Fleet
+from gpuops.tenancy.accounting import Evidence
+from gpuops.tenancy.rebalance import Options, Proposal, propose, proposed_fleet
+from tests.tenancy_helpers import GIB, NOW, steady_evidence
+
+A100 = "NVIDIA A100-SXM4-40GB"
+# robotics' silo (n1) idle, vision's (n2) a third busy
+FLEET = """\
+version: 1
+teams: {vision: {users: [alice]}, robotics: {users: [judy]}}
+nodes: [{name: n1, host: 127.0.0.1, owner: robotics}, {name: n2, host: 127.0.0.2, owner: vision}]
+"""
+
+
+def evidence(fleet: Fleet, use: dict[tuple[str, int], dict[str, float]]) -> Evidence:
+    return steady_evidence(fleet, use, A100, 40 * GIB)
+
+
+USE = {("n1", 0): {}, ("n1", 1): {}, ("n2", 0): {"vision": 0.3}, ("n2", 1): {}}
+
+
+def plan_again(fleet: Fleet, options: Options) -> tuple[Proposal, Fleet, str]:
+    proposal = propose(fleet, evidence(fleet, USE), options)
+    assert not proposal.infeasible, proposal.infeasible
+    new = fleet_from_data(proposed_fleet(fleet, proposal))
+    return proposal, new, dump_fleet(new)
+
+
+def test_no_moves_recarves_the_pool_and_says_so() -> None:
+    fleet = parse_fleet(FLEET + "pools:\n  shared: {gpus: [{nodes: n2}]}\n")
+    proposal, new, _ = plan_again(fleet, Options(moves=False))
+    assert not proposal.moves and not proposal.automatic  # n1's idle GPUs stay in robotics' silo
+    assert [new.pool_of("n1", i) for i in range(2)] == [None, None]
+    assert proposal.explain()[0] == (
+        "no moves (none asked for): guarantees and carving of pool shared's 2 GPUs recomputed "
+        "from the evidence"
+    )
+    assert proposal.guarantee("vision") is not None  # vision's use of the pool is guaranteed
+    # the planner on its own moves them; by hand, only the GPU given
+    assert {(m.node, m.index) for m in plan_again(fleet, Options())[0].moves} == {("n1", 0), ("n1", 1)}
+    by_hand, _, _ = plan_again(fleet, Options(moves=False, join=(("n1", 1),)))
+    assert [(m.node, m.index, m.by_hand) for m in by_hand.moves] == [("n1", 1, True)]
+    assert by_hand.explain()[:2] == [
+        "n1:1 (robotics's silo) joins pool shared, moved by hand: GPU-time p95 0%, mean 0%",
+        "no other moves (none asked for): pool shared has 3 GPUs",
+    ]
+
+
+def node_with(lines: tuple[LimiterLine, ...]) -> NodeLive:
+    """Node n1 (two A100s, simulated) with this limiter table."""
+    backend = SimBackend(
+        {
+            "hostname": "n1",
+            "users": {"alice": 1001, "judy": 1002},
+            "tenants": {"vision": ["alice"], "robotics": ["judy"]},
+            "gpus": [{"model": "A100-SXM4-40GB"}, {"model": "A100-SXM4-40GB"}],
+            "workloads": [],
+        },
+        clock=lambda: NOW,
+    )
+    return NodeLive("n1", backend.inventory(), backend.sample(), (), lines, 7)
+
+
+def test_a_gpu_given_back_leaves_the_pool_and_plan_clears_its_lines() -> None:
+    fleet = parse_fleet(FLEET)
+    _, pooled, _ = plan_again(fleet, Options())  # n1's two idle GPUs join the pool, carved
+    assert [pooled.pool_of("n1", i) for i in range(2)] == ["shared", "shared"]
+    # the node as the pool's carving left it: the borrowers' line on both GPUs
+    live = node_with((LimiterLine("*", None, None, "best-effort", "offline"),))
+
+    proposal, back, text = plan_again(pooled, Options(moves=False, leave=(("n1", 1),)))
+    assert [(r.node, r.index, r.owner, r.cleared) for r in proposal.returns] == [("n1", 1, "robotics", True)]
+    assert not proposal.moves and proposal.capacity == 2  # n1:0 and n2:1 stay
+    assert proposal.explain()[0] == (
+        "n1:1 leaves pool shared for robotics's silo, moved by hand; the pool's limiter lines are removed"
+    )
+    assert [back.pool_of("n1", i) for i in range(2)] == ["shared", None]
+    assert back.gpu_owner("n1", 1) == "robotics"
+    assert back.carve[0].pool == "shared" and back.carve[0].limiter is not None
+    assert not back.carve[0].limiter.enabled  # the reset comes first: a silo entry would win
+    desired = back.desired_for("n1", 1)
+    assert desired.limiter is not None and not desired.limiter.enabled
+
+    plan = make_plan(back, [live])
+    gpus = {g.index: g for g in plan.nodes[0].gpus}
+    assert [(a.marker, a.text) for a in gpus[1].actions] == [
+        ("-", "limiter tenant *: memory uncapped, no compute share, best-effort, offline")
+    ]
+    assert gpus[1].limiter == []  # the GPU's table emptied, as a silo GPU's
+    assert not gpus[0].actions  # still the pool's, as it was
+
+    # planning again (same evidence) keeps the entry and changes nothing: the idle GPU given back
+    # by hand is not moved into the pool again on the planner's own
+    again, _, text_again = plan_again(back, Options())
+    assert not again.moves and not again.returns and text_again == text
+    assert any(n.startswith("n1:1 stays: it was given back to its silo by hand") for n in again.notes)
+    # ... until the GPU joins the pool again: then the pool's lines are its lines
+    _, rejoined, _ = plan_again(back, Options(moves=False, join=(("n1", 1),)))
+    assert rejoined.pool_of("n1", 1) == "shared"
+    assert not any(e.limiter is not None and not e.limiter.enabled for e in rejoined.carve)
+    assert rejoined.desired_for("n1", 1).limiter.enabled  # type: ignore[union-attr]
+
+
+def test_a_gpu_given_back_to_an_owner_that_carves_it_gets_the_owners_lines() -> None:
+    own = FLEET + "carve:\n  - select: {nodes: n1}\n    limiter: {tenants: {robotics: {compute: 100%}}}\n"
+    _, pooled, _ = plan_again(parse_fleet(own), Options())
+    proposal, back, _ = plan_again(pooled, Options(moves=False, leave=(("n1", 0),)))
+    assert [(r.index, r.cleared) for r in proposal.returns] == [(0, False)]
+    assert not any(e.pool == "shared" and e.limiter is not None and not e.limiter.enabled for e in back.carve)
+    limiter = back.desired_for("n1", 0).limiter
+    assert limiter is not None and [t.name for t in limiter.tenant_specs()] == ["robotics"]
