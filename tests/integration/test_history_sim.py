@@ -97,7 +97,7 @@ def test_a_fresh_silos_fleet_has_7_days_of_hours(silos: Launched) -> None:
     # The idle silo: nothing ran there all week.
     assert all(b < 0.01 for b in _busy(robotics))
     assert all(g.users == () for b in robotics.buckets for g in b.gpus)
-    # The saturated team: both training jobs run since 3 hours before the epoch (the fleet's
+    # The saturated team: both training jobs run since 9 days before the epoch (the fleet's
     # start), the cards at ~98% since; the queued jobs never ran.
     last_two = speech.buckets[-3].start
     assert all(0.95 <= b <= 1.0 for b in _busy(speech, last_two)), _busy(speech, last_two)

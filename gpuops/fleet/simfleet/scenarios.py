@@ -368,7 +368,7 @@ def _saturated(name: str, team: _Team, shape: _Shape) -> tuple[list[Any], list[d
             "user": users[0],
             "gpus": list(range(half)),
             "memory": "95%",
-            "start": "-1d6h",
+            "start": "-12d",
             "params": {"util": max(shape.util, 97.0)},
         },
     ]
@@ -380,7 +380,7 @@ def _saturated(name: str, team: _Team, shape: _Shape) -> tuple[list[Any], list[d
                 "user": users[-1],
                 "gpus": list(range(half, n)),
                 "memory": "93%",
-                "start": "-3h",
+                "start": "-9d",
                 "params": {"util": max(shape.util, 98.0)},
             }
         )
