@@ -120,6 +120,9 @@ def up(
     typer.echo("next:")
     typer.echo(f"  gpuops discover -f {fleet}")
     typer.echo(f"  gpuops status -f {fleet}")
+    if any(n.get("queued") for n in state.get("nodes") or []):
+        typer.echo(f"  gpuops rebalance -f {fleet} -o proposed.yaml   # then: gpuops apply proposed.yaml")
+        typer.echo(f"  gpuops sim queue{_dir_flag(where)}            # the queued work, and where it runs")
     typer.echo(f"  gpuops sim down{_dir_flag(where)}")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -120,3 +121,14 @@ def test_the_queue_drains_once_the_pool_is_applied(fleet: Launched) -> None:
     assert mean(idle_before) < 10
     util_during = max(mean(list(utilization(doc).values())) for doc in during)
     assert util_during > util_before + 5, (util_before, util_during)
+
+
+def test_sim_queue_prints_the_queue_and_says_when_there_is_none(fleet: Launched, tmp_path: Path) -> None:
+    text = gpuops("sim", "queue", "--dir", str(fleet.dir))
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("Queued work (runs 1800x real time")
+    assert "sim-speech-01/speech-distill-queued" in text.stdout
+    assert "speech: " in text.stdout.splitlines()[-1] and "job-hours done" in text.stdout
+    none = gpuops("sim", "queue", "--dir", str(tmp_path))
+    assert none.returncode == 1
+    assert none.stderr.strip().count("\n") == 0 and "no queued work recorded" in none.stderr
