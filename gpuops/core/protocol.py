@@ -150,7 +150,7 @@ def parse_request(line: bytes) -> Request:
 def watch_args(args: Dict[str, Any]) -> Tuple[float, Optional[int], bool]:
     """Validate a watch request's interval (seconds), optional event count, and whether events
     after the first carry only what changed (core/delta.py); `watch_rows` reads its `rows`."""
-    unknown = sorted(set(args) - {"interval", "count", "delta", "rows"})
+    unknown = sorted(set(args) - {"interval", "count", "delta", "rows", "align"})
     if unknown:
         raise ValueError("unknown argument %r" % unknown[0][:64])
     interval = args.get("interval", 1.0)
@@ -167,7 +167,18 @@ def watch_args(args: Dict[str, Any]) -> Tuple[float, Optional[int], bool]:
     if not isinstance(delta, bool):
         raise ValueError("'delta' must be true or false")
     watch_rows(args)
+    watch_align(args)
     return float(interval), count, delta
+
+
+def watch_align(args: Dict[str, Any]) -> bool:
+    """A watch request's `align`: after the first sample, sample at the multiples of the interval
+    on the node's clock (UTC seconds), so that every node of a fleet samples at the same
+    instants. Agents that offer the "align" capability take it."""
+    align = args.get("align", False)
+    if not isinstance(align, bool):
+        raise ValueError("'align' must be true or false")
+    return align
 
 
 MAX_ROW_FIELDS = 64

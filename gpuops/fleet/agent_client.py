@@ -312,6 +312,9 @@ class AgentClient:
             # Rows: each GPU's sample as a list of values, cheaper to send and to take in.
             if "rows" in self.hello.capabilities:
                 args["rows"] = list(SAMPLE_ROW_FIELDS)
+        # Every node samples at the same instants: one moment per snapshot, one burst to take in.
+        if self.hello is not None and "align" in self.hello.capabilities:
+            args["align"] = True
         if count is not None:
             args["count"] = count
         return args

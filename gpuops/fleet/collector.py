@@ -15,7 +15,7 @@ purpose: keepalives alone would take 45 s to notice a frozen host.
 
 What it costs per sample is kept small: samples arrive by callback from the SSH channel (no
 task wakes), one watchdog checks every node's silence once a second, and while many streams
-are followed the loop's wake-ups are coalesced into short windows (`_pause`).
+are followed the loop's wake-ups are coalesced into short pauses when samples arrive (`_pause`).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ BACKOFF_MAX = 30.0
 MAX_EVENTS = 1000
 # While many streams are followed, the loop takes its sockets once per window: 1/20 of the
 # interval, at most 50 ms (so a sample is at most that late, and other work waits at most 40 ms).
-COALESCE_SHARE = 0.05
-COALESCE_MAX = 0.05
+COALESCE_SHARE = 0.1
+COALESCE_MAX = 0.1
 PAUSE_SHARE = 0.8  # of each coalescing window spent letting the sockets fill
 STARTING_SHARE = 8  # no coalescing while more than 1 node connects per 8 that stream
 
@@ -130,8 +130,12 @@ class Collector:
         self._tasks: list[asyncio.Task[None]] = []
         self._following: set[_NodeRecord] = set()
         self._starting = 0  # sessions connecting, starting their agent or taking its inventory
-        self._pause_handle: asyncio.TimerHandle | None = None
-        self._pause_due = 0.0
+        # Coalescing (see `_pause`): on or off (set by the watchdog), a pause already asked
+        # for, and until when (loop time) the loop runs freely after the last pause.
+        self._coalescing = False
+        self._pause_asked = False
+        self._free_until = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._changed = asyncio.Event()
         self._on_change = on_change
         self.events: deque[FleetEvent] = deque(maxlen=MAX_EVENTS)
@@ -144,13 +148,12 @@ class Collector:
         for record in self._records.values():
             self._tasks.append(asyncio.create_task(self._run(record), name=f"node {record.target.name}"))
         self._tasks.append(asyncio.create_task(self._watchdog(), name="silence watchdog"))
+        self._loop = asyncio.get_running_loop()
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        if self._pause_handle is not None:
-            self._pause_handle.cancel()
-            self._pause_handle = None
+        self._coalescing = False
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
 
@@ -191,6 +194,11 @@ class Collector:
         per interval): the steady path, kept to a copy of the view with two fields changed."""
         record.last_message = time.monotonic()
         self.samples_received += 1
+        if self._coalescing and not self._pause_asked:
+            loop = self._loop
+            if loop is not None and loop.time() >= self._free_until:
+                self._pause_asked = True
+                loop.call_soon(self._pause)
         old = record.view
         if old.state != LIVE or old.reason:
             self._update(record, state=LIVE, reason="", sample=sample, last_seen=time.time())
@@ -324,44 +332,38 @@ class Collector:
                     )
 
     def _coalesce_wakeups(self) -> None:
-        """Start or stop coalescing (see `_pause`): on while at least one sample is due per
+        """Turn coalescing (see `_pause`) on or off: on while at least one sample is due per
         window, and while few nodes are still connecting compared with those streaming (in a
         discovery, or a site coming back, every round trip of a handshake would wait for a
         pause: 1000 nodes took a third longer to discover)."""
         following = len(self._following)
-        busy = (
+        self._coalescing = (
             self.coalesce > 0
             and following * self.coalesce >= self.interval
             and self._starting * STARTING_SHARE <= following
         )
-        if busy and self._pause_handle is None:
-            loop = asyncio.get_running_loop()
-            self._pause_due = loop.time()
-            self._pause_handle = loop.call_at(self._pause_due, self._pause)
-        elif not busy and self._pause_handle is not None:
-            self._pause_handle.cancel()
-            self._pause_handle = None
 
     def _pause(self) -> None:
-        """Let the sockets fill for most of each window, so the loop takes them in one pass.
+        """Let the sockets fill for most of a window, so the loop takes them in one pass.
 
         Left alone, the event loop wakes for every sample: at 1000 nodes a thousand times a
         second, each wake-up paying the poll, the switch back into this process and caches
-        that the processes that ran meanwhile have cooled. While at least one sample is due per
-        `coalesce` window, this timer sleeps the loop thread for 4/5 of each window; the loop
-        then polls once, handles everything that arrived meanwhile in one pass (about a quarter
-        less CPU per sample, docs/benchmarks.md), and runs freely for the last fifth, so that
-        other work (a screen, a handshake) is held up at most one pause per window, never one
-        per turn of the loop. A sample is at most one window later; the pause shrinks by however
-        late its timer ran, so a loop that is busy anyway (and so batches by itself) is not
-        slowed.
+        that the processes that ran meanwhile have cooled. While coalescing is on, the first
+        sample to arrive after the loop has run freely for 1/5 of a window asks for this pause
+        (`_sampled`): the loop thread sleeps for 4/5 of the window, then polls once and handles
+        everything that arrived meanwhile in one pass (about a quarter less CPU per sample,
+        docs/benchmarks.md). Other work in the loop (a screen, a handshake) waits at most one
+        pause per window; a sample is at most one window late. Nothing wakes the loop when no
+        samples come: agents that sample at the same instants (the `align` watch) arrive in a
+        burst once per interval, taken in one or a few pauses instead of one every window.
         """
-        loop = asyncio.get_running_loop()
-        pause = PAUSE_SHARE * self.coalesce - (loop.time() - self._pause_due)
-        if pause > 0:
-            time.sleep(pause)  # deliberately blocking: the sockets fill up meanwhile
-        self._pause_due = loop.time() + (1 - PAUSE_SHARE) * self.coalesce
-        self._pause_handle = loop.call_at(self._pause_due, self._pause)
+        self._pause_asked = False
+        if not self._coalescing:
+            return
+        time.sleep(PAUSE_SHARE * self.coalesce)  # deliberately blocking: the sockets fill up meanwhile
+        loop = self._loop
+        if loop is not None:
+            self._free_until = loop.time() + (1 - PAUSE_SHARE) * self.coalesce
 
 
 def _allow_open_files(needed: int) -> None:

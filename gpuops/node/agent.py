@@ -15,6 +15,7 @@ import os
 import platform
 import socket
 import sys
+import time
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -263,7 +264,7 @@ class Agent:
         version = proto.hello_versions(request.args)
         capabilities = list(self.backend.capabilities()) if self.backend else []
         if self.backend is not None:
-            capabilities += ["watch", "delta", "rows"]
+            capabilities += ["watch", "delta", "rows", "align"]
         await self._send(
             proto.reply(
                 request.id,
@@ -295,6 +296,7 @@ class Agent:
     async def _op_watch(self, request: proto.Request) -> None:
         interval, count, delta = proto.watch_args(request.args)
         rows = proto.watch_rows(request.args)
+        align = proto.watch_align(request.args)
         self._require_backend()
         if request.id in self._watches:
             raise proto.ProtocolError(
@@ -304,7 +306,7 @@ class Agent:
             raise proto.ProtocolError(
                 proto.TOO_MANY_WATCHES, "at most %d watches at once" % proto.MAX_WATCHES
             )
-        task = asyncio.ensure_future(self._watch(request.id, interval, count, delta, rows))
+        task = asyncio.ensure_future(self._watch(request.id, interval, count, delta, rows, align))
         self._watches[request.id] = task
         task.add_done_callback(lambda _t: self._watches.pop(request.id, None))
 
@@ -315,6 +317,7 @@ class Agent:
         count: Optional[int],
         delta: bool,
         rows: Optional[Tuple[str, ...]] = None,
+        align: bool = False,
     ) -> None:
         backend = self._require_backend()
         loop = asyncio.get_event_loop()
@@ -335,6 +338,13 @@ class Agent:
                 sent += 1
                 if count is not None and sent >= count:
                     break
+                if align:
+                    # At the next multiple of the interval on the wall clock: nodes whose clocks
+                    # NTP keeps within milliseconds sample at the same instants, so a fleet's
+                    # snapshot is of one moment and the operator takes the samples in one burst
+                    # (one wake-up instead of many). A late sample skips to the next multiple.
+                    await asyncio.sleep(interval - (time.time() % interval))
+                    continue
                 # Keep a steady cadence; if a sample took longer than the interval, skip ticks
                 # instead of bursting to catch up.
                 next_tick += interval

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 
@@ -237,6 +238,33 @@ def test_watch_with_rows_sends_each_gpus_sample_as_a_row() -> None:
                 assert len(json.dumps(e["rows"])) * 8 < len(json.dumps(events[0]["result"]))
                 sample = from_rows(sample, e["rows"])
             assert sample.timestamp > from_json(NodeSample, events[0]["result"]).timestamp
+
+    asyncio.run(run())
+
+
+def test_an_aligned_watch_samples_at_multiples_of_the_interval() -> None:
+    """`align`: the first sample at once, then at the multiples of the interval on the wall clock,
+    so every node of a fleet samples at the same instants."""
+    interval = 0.2
+
+    async def run() -> None:
+        async with agent_socket(SimBackend()) as (reader, writer):
+            hello = await roundtrip(reader, writer, proto.request(1, "hello"))
+            assert "align" in hello["result"]["capabilities"]
+            writer.write(proto.request(2, "watch", {"interval": interval, "count": 5, "align": True}))
+            await writer.drain()
+            arrived = []
+            for _ in range(5):
+                json.loads(await asyncio.wait_for(reader.readline(), 10))
+                arrived.append(time.time())
+            final = json.loads(await asyncio.wait_for(reader.readline(), 10))
+            assert final["result"] == {"events": 5, "cancelled": False}
+            phases = [t % interval for t in arrived[1:]]
+            assert all(min(p, interval - p) < 0.05 for p in phases), phases
+            gaps = [b - a for a, b in itertools.pairwise(arrived[1:])]
+            assert all(interval * 0.5 < g < interval * 1.5 for g in gaps), gaps
+            bad = await roundtrip(reader, writer, proto.request(3, "watch", {"align": "yes"}))
+            assert bad["error"]["code"] == proto.INVALID_ARGS
 
     asyncio.run(run())
 

@@ -65,6 +65,9 @@ def test_watch_args() -> None:
         with pytest.raises(ValueError):
             proto.watch_args(bad)
     assert proto.watch_rows({"delta": True}) is None
+    assert proto.watch_align({}) is False and proto.watch_align({"align": True}) is True
+    with pytest.raises(ValueError):
+        proto.watch_args({"align": 1})
     assert proto.watch_rows({"delta": True, "rows": ["a", "b"]}) == ("a", "b")
 
 
