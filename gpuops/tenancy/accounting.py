@@ -97,6 +97,9 @@ class GpuEvidence:
     process_p95: Mapping[str, int]  # p95 over buckets of the team's largest process, bytes
     memory_used: float = 0.0  # mean device memory used, bytes
     mig: bool = False  # MIG mode on in its latest bucket
+    # Bytes each team's processes held in its latest observed bucket (mean over it): memory that
+    # is still taken, busy or not (a forgotten notebook at 0% holds it as much as a job does).
+    memory_now: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -251,10 +254,12 @@ def _gpu_evidence(
     memory: dict[str, float] = {}
     largest: dict[str, list[float]] = {}
     memory_used = 0.0
+    memory_now: dict[str, float] = {}
     for i, g in rows:
         if g.seconds <= 0:
             continue
         observed[i] += g.seconds
+        memory_now = {}
         busy[i] = min(1.0, g.busy / g.seconds)
         memory_used += g.memory
         per_team_largest: dict[str, int] = {}
@@ -264,6 +269,7 @@ def _gpu_evidence(
             series[i] += u.busy / g.seconds
             held[team] = held.get(team, 0.0) + u.held
             memory[team] = memory.get(team, 0.0) + u.memory
+            memory_now[team] = memory_now.get(team, 0.0) + u.memory / g.seconds
             per_team_largest[team] = max(per_team_largest.get(team, 0), u.process_max)
         for team, value in per_team_largest.items():
             largest.setdefault(team, []).append(float(value))
@@ -284,6 +290,7 @@ def _gpu_evidence(
         process_p95={t: int(p95(v)) for t, v in largest.items()},
         memory_used=memory_used / seconds if seconds else 0.0,
         mig=last.mig,
+        memory_now={t: int(v) for t, v in memory_now.items() if v >= 1},
     )
 
 

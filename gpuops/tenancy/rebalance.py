@@ -20,11 +20,14 @@ The rules (docs/pools.md#rebalance), each one visible in the proposal's explanat
    as each one's silo has (saturation shows that a team wants more, not how much more). What is
    left is guaranteed to nobody: borrowers use it (`borrowing`).
 4. **Carving.** Guarantees are laid onto GPUs in units of 1% of a GPU: first where each team
-   already works, then in order; no GPU gets more than 100%. Under `carving: mig`, a MIG-capable
+   already works, then in order, where its memory cap fits next to the others' and the memory
+   processes still hold there; no GPU gets more than 100%. Under `policy: fixed-share` (shares
+   are caps) each team's units are water-filled over the GPUs instead, so no GPU is one team's
+   alone while others are guaranteed. Under `carving: mig`, a MIG-capable
    GPU is cut into instances of the smallest profile that holds the p95 of its teams' largest
    processes, as many for each team as cover its units (checked by the placement solver), and
    the rest of the GPU as spare instances for borrowers; a GPU where that does not fit keeps
-   limiter shares.
+   limiter shares, and so does one where processes still hold memory (MIG would stop them).
 
 The same evidence and the planner's own output give no moves and no changes (property-tested).
 """
@@ -48,6 +51,7 @@ from gpuops.tenancy.accounting import Evidence, GpuEvidence, p95
 
 UNITS_PER_GPU = 100  # a guarantee is laid out in whole percent of a GPU
 GIB = 1 << 30
+MIB = 1 << 20
 SHARE_DIGITS = 4  # decimals of a pool share in percent: exact to a unit for pools under 10000 GPUs
 
 
@@ -98,20 +102,26 @@ class Move:
     mean_busy: float
     coverage: float  # of the window's buckets with data; 0: no history
     by_hand: bool = False  # given in Options.join, not found idle by the planner
+    held: str = ""  # who holds memory there now and how much ("robotics 6GiB (15%)"), "" for nobody
 
     def explain(self, pool: str = "") -> str:
         whose = f"{self.owner}'s silo" if self.owner else "nobody's"
+        held = (
+            f"; memory still held there by {self.held}: the memory caps on it fit into the rest"
+            if self.held
+            else ""
+        )
         if not self.by_hand:
             return (
                 f"{self.node}:{self.index} ({whose}) joins the pool: GPU-time p95 {self.p95_busy:.0%}, "
-                f"mean {self.mean_busy:.0%} over {self.coverage:.0%} of the window"
+                f"mean {self.mean_busy:.0%} over {self.coverage:.0%} of the window{held}"
             )
         figures = (
             f": GPU-time p95 {self.p95_busy:.0%}, mean {self.mean_busy:.0%}"
             if self.coverage > 0
             else ": no history (not counted or carved until it has some)"
         )
-        return f"{self.node}:{self.index} ({whose}) joins pool {pool}, moved by hand{figures}"
+        return f"{self.node}:{self.index} ({whose}) joins pool {pool}, moved by hand{figures}{held}"
 
 
 @dataclass(frozen=True)
@@ -161,6 +171,8 @@ class GpuCarving:
     slices: Mapping[str, int] = field(default_factory=dict)  # mig: instances per team
     spare: int = 0  # mig: instances left for borrowers
     note: str = ""
+    memory: Mapping[str, int] = field(default_factory=dict)  # limiter: team -> memory cap, bytes
+    held: int = 0  # limiter: bytes processes held there in the latest bucket
 
     def describe(self) -> str:
         shares = ", ".join(f"{t} {u}%" for t, u in sorted(self.units.items())) or "nobody guaranteed"
@@ -168,7 +180,11 @@ class GpuCarving:
             per = ", ".join(f"{t} {n}" for t, n in sorted(self.slices.items()))
             count = sum(self.slices.values()) + self.spare
             return f"{self.node}:{self.index}: MIG {self.profile} x{count} ({per}; {self.spare} spare)"
-        return f"{self.node}:{self.index}: limiter shares {shares}" + (f" ({self.note})" if self.note else "")
+        line = f"{self.node}:{self.index}: limiter shares {shares}" + (f" ({self.note})" if self.note else "")
+        if self.held:
+            caps = ", ".join(f"{t} {format_bytes(c)}" for t, c in sorted(self.memory.items()))
+            line += f"; {format_bytes(self.held)} held there, memory caps {caps or 'none'} fit into the rest"
+        return line
 
 
 @dataclass(frozen=True)
@@ -259,7 +275,9 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
                 name, evidence, f"{g.label()} is in pool {g.pool}: take it out of that pool first"
             )
         coverage = sum(1 for o in g.observed if o > 0) / n_buckets
-        moves.append(Move(g.node, g.index, g.owner, g.p95_busy(), g.mean_busy(), coverage, by_hand=True))
+        moves.append(
+            Move(g.node, g.index, g.owner, g.p95_busy(), g.mean_busy(), coverage, True, _held_text(g))
+        )
         moved.append(g)
     given_back = _given_back(fleet, name, evidence) if opts.moves else set()
     for g in evidence.gpus if opts.moves else ():
@@ -287,7 +305,7 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
         if g.mig:
             notes.append(f"{g.label()} stays: it is in MIG mode (moving it would re-carve its instances)")
             continue
-        moves.append(Move(g.node, g.index, g.owner, busy, g.mean_busy(), coverage))
+        moves.append(Move(g.node, g.index, g.owner, busy, g.mean_busy(), coverage, held=_held_text(g)))
         moved.append(g)
     pool_gpus = members + moved
     capacity = len(pool_gpus)
@@ -372,7 +390,15 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
                 reason,
             )
         )
-    carvings = _carve(pool_gpus, fleet, pool, {g.team: g.units for g in guarantees}, memory_need, notes)
+    carvings = _carve(
+        pool_gpus,
+        fleet,
+        pool,
+        {g.team: g.units for g in guarantees},
+        memory_need,
+        notes,
+        {g.team: g.memory for g in guarantees if g.memory},
+    )
     return Proposal(
         name,
         evidence.window.text,
@@ -525,48 +551,186 @@ def _carve(
     units: Mapping[str, int],
     memory_need: Mapping[str, int],
     notes: list[str],
+    team_memory: Mapping[str, int] | None = None,
 ) -> tuple[GpuCarving, ...]:
+    """Guarantees laid onto GPUs in units, then each GPU's carving. `memory_need`: the evidence's
+    per-team need (MIG slice sizes); `team_memory`: the guarantees' memory (limiter caps)."""
+    caps_need = dict(memory_need if team_memory is None else team_memory)
     order = {n.name: i for i, n in enumerate(fleet.nodes)}
     ordered = sorted(gpus, key=lambda g: (order.get(g.node, len(order)), g.node, g.index))
-    free = {(g.node, g.index): UNITS_PER_GPU for g in ordered}
-    laid: dict[tuple[str, int], dict[str, int]] = {k: {} for k in free}
-    left = dict(units)
-    # First where each team already works (by its use there), then in order.
-    for team in sorted(left, key=lambda t: (-left[t], t)):
-        for g in sorted(ordered, key=lambda g: -max(g.teams.get(team, (0.0,)), default=0.0)):
-            use = p95([v for v, o in zip(g.teams.get(team, ()), g.observed, strict=False) if o > 0])
-            if use <= 0 or left[team] <= 0:
-                continue
-            key = (g.node, g.index)
-            take = min(left[team], free[key], math.ceil(use * UNITS_PER_GPU - 1e-9))
-            if take > 0:
-                laid[key][team] = laid[key].get(team, 0) + take
-                free[key] -= take
-                left[team] -= take
-    for team in sorted(left, key=lambda t: (-left[t], t)):
-        for g in ordered:
-            key = (g.node, g.index)
-            if left[team] <= 0:
-                break
-            take = min(left[team], free[key])
-            if take > 0:
-                laid[key][team] = laid[key].get(team, 0) + take
-                free[key] -= take
-                left[team] -= take
-    assert all(v == 0 for v in left.values()), "guarantees exceed the pool"  # checked by propose
+    laid: dict[tuple[str, int], dict[str, int]] = {(g.node, g.index): {} for g in ordered}
+    if pool is not None and pool.policy == "fixed-share" and sum(1 for u in units.values() if u > 0) > 1:
+        _spread(ordered, units, laid)
+    else:
+        _pack(ordered, units, laid, caps_need)
     carving = pool.carving if pool is not None else "limiter"
     out = []
     for g in ordered:
         shares = laid[(g.node, g.index)]
         model = find_model(g.name) if g.name else None
         if carving == "mig" and model is not None:
-            mig = _mig_carving(g, model, shares, memory_need)
+            held = _held_text(g)
+            mig = (
+                f"processes still hold memory there ({held}); enabling MIG would stop them"
+                if held and not g.mig
+                else _mig_carving(g, model, shares, memory_need)
+            )
             if isinstance(mig, GpuCarving):
                 out.append(mig)
                 continue
             notes.append(f"{g.label()} keeps limiter shares: {mig}")
-        out.append(GpuCarving(g.node, g.index, g.name, g.memory_total, dict(shares), "limiter"))
+        caps, short = _caps(g, shares, caps_need)
+        for team in short:
+            notes.append(
+                f"{g.label()}: {team}'s memory need ({format_bytes(caps_need[team])}) does not fit next to "
+                f"what the others are capped at and what is held there; its cap is "
+                f"{format_bytes(caps.get(team, g.memory_total))}"
+            )
+        out.append(
+            GpuCarving(
+                g.node,
+                g.index,
+                g.name,
+                g.memory_total,
+                dict(shares),
+                "limiter",
+                memory={t: c for t, c in caps.items() if c < g.memory_total},
+                held=sum(g.memory_now.values()),
+            )
+        )
     return tuple(out)
+
+
+def _lay(laid: dict[str, int], team: str, take: int, free: dict[GpuKey, int], key: GpuKey) -> None:
+    laid[team] = laid.get(team, 0) + take
+    free[key] -= take
+
+
+def _pack(
+    ordered: Sequence[GpuEvidence],
+    units: Mapping[str, int],
+    laid: dict[GpuKey, dict[str, int]],
+    need: Mapping[str, int],
+) -> None:
+    """Each team's units first where it already works (by its use there), then in order, on GPUs
+    where its memory cap fits next to the others' and what is held; what fits nowhere is laid
+    where compute is left (its cap is then cut, `_caps`)."""
+    free = {(g.node, g.index): UNITS_PER_GPU for g in ordered}
+    left = dict(units)
+    for team in sorted(left, key=lambda t: (-left[t], t)):
+        for g in sorted(ordered, key=lambda g: -max(g.teams.get(team, (0.0,)), default=0.0)):
+            use = p95([v for v, o in zip(g.teams.get(team, ()), g.observed, strict=False) if o > 0])
+            if use <= 0 or left[team] <= 0:
+                continue
+            key = (g.node, g.index)
+            want = min(left[team], free[key], math.ceil(use * UNITS_PER_GPU - 1e-9))
+            take = _fitting(g, laid[key], team, want, need)
+            if take > 0:
+                _lay(laid[key], team, take, free, key)
+                left[team] -= take
+    for fit in (True, False):
+        for team in sorted(left, key=lambda t: (-left[t], t)):
+            for g in ordered:
+                key = (g.node, g.index)
+                if left[team] <= 0:
+                    break
+                want = min(left[team], free[key])
+                take = _fitting(g, laid[key], team, want, need) if fit else want
+                if take > 0:
+                    _lay(laid[key], team, take, free, key)
+                    left[team] -= take
+    assert all(v == 0 for v in left.values()), "guarantees exceed the pool"  # checked by propose
+
+
+def _spread(
+    ordered: Sequence[GpuEvidence], units: Mapping[str, int], laid: dict[GpuKey, dict[str, int]]
+) -> None:
+    """Water-fill for fixed-share, where a share is a cap even on an idle GPU: each team's units
+    spread evenly over the pool's GPUs (the remainder one unit each on the GPUs with the most room
+    left, where it works first), so no GPU is one team's alone while other teams are guaranteed.
+    Room stays level within one unit between GPUs, so everything fits."""
+    free = {(g.node, g.index): UNITS_PER_GPU for g in ordered}
+    n = len(ordered)
+    for team in sorted(units, key=lambda t: (-units[t], t)):
+        if units[team] <= 0:
+            continue
+        base, extra = divmod(units[team], n)
+        rank = {(g.node, g.index): i for i, g in enumerate(ordered)}
+        works = {(g.node, g.index): max(g.teams.get(team, (0.0,)), default=0.0) for g in ordered}
+        for key in sorted(free, key=lambda k: (-free[k], -works[k], rank[k]))[:extra]:
+            _lay(laid[key], team, 1, free, key)
+        for g in ordered:
+            key = (g.node, g.index)
+            if base:
+                _lay(laid[key], team, base, free, key)
+    assert all(v >= 0 for v in free.values()), "guarantees exceed the pool"  # checked by propose
+
+
+def _caps(
+    g: GpuEvidence, shares: Mapping[str, int], need: Mapping[str, int]
+) -> tuple[dict[str, int], list[str]]:
+    """Memory caps of the teams with a share on `g`, and the teams whose need had to be cut. A
+    team's cap is its memory need, never below what it holds there plus its share of the memory
+    nobody holds; all caps add up to at most what the other processes leave free (memory held
+    by teams without a share there is taken as it is: running processes are not limited)."""
+    if not g.memory_total:
+        return {}, []
+    held = dict(g.memory_now)
+    if sum(held.values()) > g.memory_total:  # means over a bucket can add up to more than a card
+        total = sum(held.values())
+        held = {t: v * g.memory_total // total for t, v in held.items()}
+    unheld = max(0, g.memory_total - sum(held.values()))
+    limit = g.memory_total - sum(v for t, v in held.items() if shares.get(t, 0) <= 0)
+    base = {
+        t: _floor(held.get(t, 0) + unheld * u // UNITS_PER_GPU, bool(held))
+        for t, u in shares.items()
+        if u > 0
+    }
+    caps = {t: max(b, need.get(t, 0)) for t, b in base.items()}
+    short: list[str] = []
+    # Cut the largest needs back to their base until the caps fit (deterministic: by size, name).
+    for team in sorted(caps, key=lambda t: (-(caps[t] - base[t]), t)):
+        if sum(caps.values()) <= limit:
+            break
+        if caps[team] > base[team]:
+            caps[team] = base[team]
+            short.append(team)
+    if not held:
+        # Nothing is held: as before, a team without a known need gets no cap at all.
+        caps = {t: c for t, c in caps.items() if need.get(t) or t in short}
+    # A cap of nothing cannot be written (nor used): the whole card is held by others.
+    return {t: c for t, c in caps.items() if c > 0}, sorted(short)
+
+
+def _floor(size: int, near_held: bool) -> int:
+    """Whole GiB where nothing is held and the cap is a GiB or more; else MiB (a GiB would waste
+    memory next to what is held, or round a small share to nothing)."""
+    step = GIB if not near_held and size >= GIB else MIB
+    return size // step * step
+
+
+def _fitting(g: GpuEvidence, laid: Mapping[str, int], team: str, want: int, need: Mapping[str, int]) -> int:
+    """The most of `want` units `team` can get on `g` with every cap there fitting (0: none)."""
+    if want <= 0 or not g.memory_total:
+        return max(0, want)
+    lo, hi = 0, want
+    while lo < hi:  # the caps grow with the units: the largest take that fits
+        mid = (lo + hi + 1) // 2
+        _, short = _caps(g, {**laid, team: laid.get(team, 0) + mid}, need)
+        if short:
+            hi = mid - 1
+        else:
+            lo = mid
+    return lo
+
+
+def _held_text(g: GpuEvidence) -> str:
+    """'robotics 6.0GiB (15%)': who holds memory on the GPU now, largest first."""
+    parts = []
+    for team, size in sorted(g.memory_now.items(), key=lambda tv: (-tv[1], tv[0])):
+        share = f" ({size / g.memory_total:.0%})" if g.memory_total else ""
+        parts.append(f"{team} {format_bytes(size)}{share}")
+    return ", ".join(parts)
 
 
 def _profile_for(model: MigModel, need: int) -> GpuInstanceProfile | None:
@@ -607,17 +771,19 @@ def _size_text(size: int) -> str:
     return f"{-(-size // GIB)}GiB"
 
 
+def _cap_text(size: int) -> str:
+    """Whole GiB where it is, else MiB: a cap next to held memory rarely is a whole GiB."""
+    return f"{size // GIB}GiB" if size % GIB == 0 else f"{size // MIB}MiB"
+
+
 def _limiter(c: GpuCarving, pool: Pool | None, need: Mapping[str, int]) -> dict[str, Any]:
     policy = pool.policy if pool is not None else "burst-share"
     borrowing = pool.borrowing if pool is not None else True
     tenants: dict[str, Any] = {}
     for team, u in sorted(c.units.items()):
         line: dict[str, Any] = {"compute": f"{u}%"}
-        memory = need.get(team)
-        if memory and c.memory_total:
-            cap = -(-max(memory, c.memory_total * u // UNITS_PER_GPU) // GIB) * GIB
-            if cap < c.memory_total:
-                line["memory"] = _size_text(cap)
+        if team in c.memory:
+            line["memory"] = _cap_text(c.memory[team])
         tenants[team] = line
     if borrowing:
         tenants["*"] = {"policy": "best-effort", "class": "offline"}

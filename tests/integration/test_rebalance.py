@@ -61,6 +61,9 @@ def test_rebalance_proposal_plans_applies_and_converges(fleet: Launched) -> None
     assert guarantees["speech"]["granted"] >= 100  # the saturated team gets whole GPUs
     assert all(g["units"] >= g["floor"] for g in doc["guarantees"])
     assert any("robotics" in line for line in doc["explanation"])
+    # analytics' forgotten kernel at 0% still holds 15% of sim-analytics-01:0: said with the move
+    (kernel,) = [line for line in doc["explanation"] if line.startswith("sim-analytics-01:0 ")]
+    assert "memory still held there by analytics" in kernel and "(15%)" in kernel, kernel
 
     new = load_fleet(proposed)  # valid fleet.yaml, as written
     assert new.pool_of("sim-robotics-01", 3) == "shared"

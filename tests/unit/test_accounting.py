@@ -123,3 +123,19 @@ def test_team_sides_split_silo_and_pool_and_follow_a_new_fleet() -> None:
     assert sides["speech"].guaranteed == 1.0  # 50% of a 2-GPU pool
     assert sides["speech"].pool_used == pytest.approx(0.725)
     assert weighted_mean([1.0, 3.0], [3.0, 1.0]) == 1.5 and weighted_mean([1.0], [0.0]) == 0.0
+
+
+def test_memory_held_now_is_the_latest_bucket() -> None:
+    """What each team's processes hold in the GPU's latest bucket, busy or not: what a GPU moved
+    into a pool still has taken."""
+    fleet = parse_fleet(FLEET, "f.yaml")
+    idle = UserUsage(
+        "alice", (), None, "", None, HOUR, HOUR, 0.0, float(12 << 30) * HOUR, 12 << 30, 12 << 30, 1
+    )
+    histories: dict[str, History | str] = {
+        "a": history((gpu(0, user("heidi", 0.5, 30)), gpu(1)), (gpu(0, idle), gpu(1))),
+    }
+    evidence = gather_evidence(fleet, histories, parse_window("2h"), NOW)
+    a0, a1 = evidence.gpus
+    assert a0.memory_now == {"vision": 12 << 30}  # heidi's 30 GiB went with her job
+    assert a1.memory_now == {}

@@ -4,6 +4,8 @@ plan` makes of the result against a node's live limiter table."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuops.node.backends.sim import SimBackend
 from gpuops.plan.diff import make_plan
 from gpuops.plan.live import LimiterLine, NodeLive
@@ -119,3 +121,65 @@ def test_a_gpu_given_back_to_an_owner_that_carves_it_gets_the_owners_lines() -> 
     assert not any(e.pool == "shared" and e.limiter is not None and not e.limiter.enabled for e in back.carve)
     limiter = back.desired_for("n1", 0).limiter
     assert limiter is not None and [t.name for t in limiter.tenant_specs()] == ["robotics"]
+
+
+def test_memory_still_held_on_a_moved_gpu_is_left_to_its_holder() -> None:
+    """A forgotten notebook at 0% holds 15% of n1:0: the GPU still moves (it is idle), the
+    explanation says who holds what, and the caps written for it fit into the rest."""
+    fleet = parse_fleet(FLEET)
+    use = {("n1", 0): {}, ("n1", 1): {}, ("n2", 0): {"vision": 0.97}, ("n2", 1): {"vision": 0.97}}
+    plain = steady_evidence(fleet, use)
+    notebook = 12 * GIB  # 15% of an 80 GiB card
+    gpus = tuple(
+        dataclasses.replace(
+            g,
+            memory_now={"robotics": notebook} if (g.node, g.index) == ("n1", 0) else {},
+            process_p95={"vision": 40 * GIB} if g.node == "n2" else {},
+        )
+        for g in plain.gpus
+    )
+    evidence = dataclasses.replace(plain, gpus=gpus)
+    proposal = propose(fleet, evidence, Options())
+    moves = {(m.node, m.index): m for m in proposal.moves}
+    assert set(moves) == {("n1", 0), ("n1", 1)}
+    assert moves[("n1", 0)].explain() == (
+        "n1:0 (robotics's silo) joins the pool: GPU-time p95 0%, mean 0% over 100% of the window; "
+        "memory still held there by robotics 12GiB (15%): the memory caps on it fit into the rest"
+    )
+    assert "held" not in moves[("n1", 1)].explain()
+    # vision (saturated) is granted both GPUs: on n1:0 its cap is what the notebook leaves
+    vision = proposal.guarantee("vision")
+    assert vision is not None and vision.units == 200 and vision.memory == 40 * GIB
+    carving = {(c.node, c.index): c for c in proposal.carvings}
+    assert dict(carving[("n1", 0)].memory) == {"vision": 68 * GIB} and carving[("n1", 0)].held == notebook
+    assert dict(carving[("n1", 1)].memory) == {}  # nothing held: the whole card, no cap line
+    assert "12GiB held there, memory caps vision 68GiB fit into the rest" in carving[("n1", 0)].describe()
+    new = fleet_from_data(proposed_fleet(fleet, proposal))
+    lines = {t.name: t for t in new.desired_for("n1", 0).limiter.tenant_specs()}  # type: ignore[union-attr]
+    assert lines["vision"].memory == 68 * GIB
+    assert lines["vision"].memory + notebook <= 80 * GIB
+
+
+def test_fixed_share_spreads_guarantees_burst_share_packs_them() -> None:
+    """Under fixed-share a share is a cap even on an idle GPU: no pool GPU is one team's alone
+    while another team is guaranteed; under burst-share whole GPUs are laid team by team."""
+    text = FLEET.replace(
+        "n2, host: 127.0.0.2, owner: vision}",
+        "n2, host: 127.0.0.2, owner: vision}, {name: n3, host: 127.0.0.3}",
+    )
+    use = {(n, i): {} for n in ("n1", "n3") for i in range(2)}
+    for policy in ("fixed-share", "burst-share"):
+        pooled = parse_fleet(
+            text + f"pools:\n  shared:\n    gpus: [{{nodes: n1}}, {{nodes: n3}}]\n    policy: {policy}\n"
+            "    guarantees: {vision: 50%, robotics: 25%}\n"
+        )
+        proposal = propose(pooled, steady_evidence(pooled, use), Options(moves=False))
+        shares = [dict(c.units) for c in proposal.carvings]
+        assert (
+            sum(s.get("vision", 0) for s in shares) == 200
+            and sum(s.get("robotics", 0) for s in shares) == 100
+        )
+        if policy == "fixed-share":
+            assert shares == [{"vision": 50, "robotics": 25}] * 4
+        else:
+            assert shares == [{"vision": 100}, {"vision": 100}, {"robotics": 100}, {}]

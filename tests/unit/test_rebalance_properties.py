@@ -3,7 +3,8 @@
 - no team's guarantee (silo GPUs kept + pool guarantee) falls below the p95 of its use of its
   silo and the pool, computed here from the raw figures, independently of the planner;
 - no GPU is guaranteed more than 100%; every MIG carving is placeable (the placement solver,
-  through fleet.yaml's own desired-state checks);
+  through fleet.yaml's own desired-state checks); the memory caps of a pool GPU fit into what
+  the processes still there leave free (burst-share and fixed-share pools);
 - the proposal is a valid fleet.yaml;
 - planning again on the proposal, with the same evidence, proposes nothing.
 """
@@ -63,7 +64,15 @@ def scenarios(draw: Any) -> dict[str, Any]:
                 guarantees[team] = share
                 left -= share
     carving = draw(st.sampled_from(("limiter", "mig")))
-    return {"teams": teams, "nodes": nodes, "pooled": pooled, "guarantees": guarantees, "carving": carving}
+    policy = draw(st.sampled_from(("burst-share", "fixed-share")))
+    return {
+        "teams": teams,
+        "nodes": nodes,
+        "pooled": pooled,
+        "guarantees": guarantees,
+        "carving": carving,
+        "policy": policy,
+    }
 
 
 def _fleet(s: dict[str, Any]) -> Fleet:
@@ -80,6 +89,7 @@ def _fleet(s: dict[str, Any]) -> Fleet:
             "shared": {
                 "gpus": [{"nodes": name} for name in s["pooled"]],
                 "carving": s["carving"],
+                "policy": s.get("policy", "burst-share"),
                 "guarantees": {t: f"{v}%" for t, v in s["guarantees"].items()},
             }
         }
@@ -152,14 +162,24 @@ def _use(s: dict[str, Any], team: str, gpus: set[tuple[str, int]]) -> float:
     return p95(series)
 
 
-def _shares(fleet: Fleet, node: str, index: int, uuid: str, model: str) -> dict[str, float]:
+def _shares(
+    fleet: Fleet, node: str, index: int, uuid: str, model: str
+) -> tuple[dict[str, float], dict[str, int]]:
+    """The limiter shares and memory caps carve: gives the GPU's teams (not `*`)."""
     desired = fleet.desired_for(node, index, uuid, model, mig_mode=False, memory_total=MODELS[model])
     assert not desired.problems, [str(p) for p in desired.problems]
     if desired.mig is not None and desired.mig.enabled:
         assert desired.mig_layout is not None and desired.mig_layout.ok, desired.mig_layout
-    if desired.limiter is None:
-        return {}
-    return {t.name: t.compute or 0.0 for t in desired.limiter.tenant_specs() if t.name != "*"}
+    if desired.limiter is None or not desired.limiter.enabled:
+        return {}, {}
+    specs = [t for t in desired.limiter.tenant_specs() if t.name != "*"]
+    return {t.name: t.compute or 0.0 for t in specs}, {t.name: t.memory for t in specs if t.memory}
+
+
+def _held_now(s: dict[str, Any], node: str, index: int) -> dict[str, int]:
+    """Bytes each team holds on the GPU in the latest bucket, from the raw scenario."""
+    n = next(x for x in s["nodes"] if x["name"] == node)
+    return {team: gib * GIB for team, _, gib in n["usage"][index][BUCKETS - 1]}
 
 
 IDLE = [[] for _ in range(BUCKETS)]
@@ -215,8 +235,19 @@ def test_planner_properties(s: dict[str, Any]) -> None:
         assert guaranteed + 1e-6 >= _use(s, team, silo | pool_gpus), team
     for n in s["nodes"]:
         for g in range(len(n["usage"])):
-            shares = _shares(new, n["name"], g, f"GPU-{n['name']}-{g}", n["model"])
+            shares, caps = _shares(new, n["name"], g, f"GPU-{n['name']}-{g}", n["model"])
             assert sum(shares.values()) <= 100.0 + 1e-9, (n["name"], g, shares)
+            if (n["name"], g) in pool_gpus and sum(_held_now(s, n["name"], g).values()) <= MODELS[n["model"]]:
+                # memory caps fit into what processes of teams without a share there leave free
+                # (a scenario whose processes hold more than the card is not a real one)
+                held = _held_now(s, n["name"], g)
+                others = sum(v for t, v in held.items() if t not in shares)
+                assert not caps or sum(caps.values()) + others <= MODELS[n["model"]], (
+                    n["name"],
+                    g,
+                    caps,
+                    held,
+                )
 
     again = propose(new, gather_evidence(new, histories, window, NOW), Options(pool="shared"))
     assert not again.moves
