@@ -62,6 +62,7 @@ def register(app: typer.Typer) -> None:
                     str(state_dir) if state_dir else None,
                     str(history_dir) if history_dir else None,
                     record_interval,
+                    str(limiter_dir) if limiter_dir else None,
                 )
             )
         raise typer.Exit(

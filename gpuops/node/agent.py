@@ -35,6 +35,7 @@ from gpuops.core import protocol as proto
 from gpuops.core.codec import to_json
 from gpuops.core.delta import diff, sample_rows
 from gpuops.node.backends.base import Backend, BackendError
+from gpuops.node.limiter_tags import LimiterTagger
 
 if TYPE_CHECKING:
     from gpuops.node.mps import MpsControl
@@ -158,6 +159,8 @@ class Agent:
 
             limiter_dir = DEFAULT_DIR
         self.limiter_dir = limiter_dir
+        # Processes under the limiter carry their tenant in its regions (node/limiter_tags.py).
+        self._tagger = LimiterTagger(limiter_dir)
         self.mps_binary = mps_control
         self.history_dir = history_dir or os.path.join(state_dir, "history")
         self.before_history = before_history
@@ -290,7 +293,7 @@ class Agent:
     async def _op_sample(self, request: proto.Request) -> None:
         _no_args(request.args)
         backend = self._require_backend()
-        result = await self._call(lambda: to_json(backend.sample()))
+        result = await self._call(lambda: to_json(self._tagger.tag(backend.sample())))
         await self._send(proto.reply(request.id, result))
 
     async def _op_watch(self, request: proto.Request) -> None:
@@ -328,7 +331,7 @@ class Agent:
         try:
             while count is None or sent < count:
                 try:
-                    result = await self._call(lambda: to_json(backend.sample()))
+                    result = await self._call(lambda: to_json(self._tagger.tag(backend.sample())))
                 except BackendError as exc:
                     # One failed sample does not end the stream: the client sees it and waits.
                     await self._send(proto.error(request_id, proto.BACKEND_ERROR, str(exc)))

@@ -820,12 +820,15 @@ def run_recorder(
     directory: str,
     interval: float = DEFAULT_INTERVAL,
     log_level: str = "WARNING",
+    limiter_dir: Optional[str] = None,
 ) -> int:
     """`gpuops agent --record`: sample the backend every `interval` seconds and record, until
     SIGTERM or SIGINT (then write and exit 0). A second recorder on the same directory, or a
     backend that cannot start, exits 1 with one line on stderr."""
     from gpuops.node.agent import log_to_stderr, open_backend
     from gpuops.node.backends.base import BackendError
+    from gpuops.node.limiter import DEFAULT_DIR
+    from gpuops.node.limiter_tags import LimiterTagger
 
     log_to_stderr(log_level)
     if not (isinstance(interval, (int, float)) and MIN_INTERVAL <= interval <= MAX_INTERVAL):
@@ -857,10 +860,11 @@ def run_recorder(
     log.info("recording into %s every %gs", directory, interval)
     next_tick = time.monotonic()
     failures = 0
+    tagger = LimiterTagger(limiter_dir or DEFAULT_DIR)  # history keeps the limiter's tenants too
     try:
         while not stopping:
             try:
-                recorder.add(backend.sample())
+                recorder.add(tagger.tag(backend.sample()))
                 failures = 0
             except BackendError as exc:
                 failures += 1

@@ -123,6 +123,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             args.state_dir,
             args.history_dir,
             args.record_interval,
+            args.limiter_dir,
         )
     return run_agent(
         args.backend,
@@ -142,6 +143,7 @@ def record(
     state_dir: Optional[str] = None,
     history_dir: Optional[str] = None,
     interval: float = 10.0,
+    limiter_dir: Optional[str] = None,
 ) -> int:
     """Service mode (`agent --record`): keep history until SIGTERM; returns the exit code."""
     from gpuops.node.history import run_recorder
@@ -152,4 +154,4 @@ def record(
 
             state_dir = default_state_dir()
         history_dir = os.path.join(state_dir, "history")
-    return run_recorder(backend_name, sim_spec, history_dir, interval, log_level)
+    return run_recorder(backend_name, sim_spec, history_dir, interval, log_level, limiter_dir)

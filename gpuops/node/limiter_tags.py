@@ -1,0 +1,90 @@
+"""Tenant labels from the limiter's regions on the processes of a sample.
+
+A process that runs under the interception limiter has a slot in its GPU's region
+(`<dir>/gpu-<UUID>.region`, native/src/region.h) naming its tenant. That label is the first
+attribution source (docs/tenancy.md): it says which team a process works for even when a shared
+service account runs it. Backends know nothing of the limiter (NVML has no such notion), so the
+agent and the recorder put the labels on after sampling, here, for every backend.
+
+Regions are read (whole, about 160 KiB each) at most every `REFRESH` seconds, and sooner only
+when a process appears that the last reading did not know, at most once a `RECHECK`: a node of
+processes that are not under the limiter costs one reading per `RECHECK` while new ones come,
+and one per `REFRESH` otherwise. A slot's pid is matched in the agent's pid namespace: a process
+in a container with its own pid namespace is not matched (it keeps its user or group
+attribution), which docs/limiter.md lists as a limitation.
+
+Standard library only; valid Python 3.8 (runs on GPU nodes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Callable, Dict, Optional, Set, Union
+
+from gpuops.core.model import NodeSample
+from gpuops.node.limiter import DEFAULT_DIR, read_regions, region_paths
+
+log = logging.getLogger("gpuops.agent")
+
+REFRESH = 10.0  # seconds between readings of the regions when nothing new appears
+RECHECK = 1.0  # at least this long between readings caused by a process the last one did not know
+SOURCE = "limiter"
+
+
+class LimiterTagger:
+    """Puts each process's limiter tenant on a sample (`tag`), where the backend gave none."""
+
+    def __init__(
+        self, directory: Union[str, Path] = DEFAULT_DIR, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.directory = str(directory)
+        self._clock = clock
+        self._read_at: Optional[float] = None
+        self._tenants: Dict[int, str] = {}  # pid -> tenant, from live slots
+        self._unknown: Set[int] = set()  # pids asked about that the last reading did not have
+        self.readings = 0  # how many times the regions were read (for tests and benchmarks)
+
+    def tag(self, sample: NodeSample) -> NodeSample:
+        untagged = {p.pid for g in sample.gpus for p in g.processes if p.tenant is None}
+        if not untagged:
+            return sample
+        self._refresh(untagged)
+        if not self._tenants:
+            return sample
+        gpus = []
+        changed = False
+        for gpu in sample.gpus:
+            procs = []
+            tagged = False
+            for p in gpu.processes:
+                tenant = self._tenants.get(p.pid) if p.tenant is None else None
+                if tenant is not None:
+                    p = dataclasses.replace(p, tenant=tenant, tenant_source=SOURCE)
+                    tagged = True
+                procs.append(p)
+            gpus.append(dataclasses.replace(gpu, processes=tuple(procs)) if tagged else gpu)
+            changed = changed or tagged
+        return dataclasses.replace(sample, gpus=tuple(gpus)) if changed else sample
+
+    def _refresh(self, pids: Set[int]) -> None:
+        now = self._clock()
+        if self._read_at is not None:
+            age = now - self._read_at
+            new = pids - self._unknown - set(self._tenants)
+            if age < REFRESH and not (new and age >= RECHECK):
+                return
+        self._read_at = now
+        self._tenants = {}
+        if region_paths(self.directory):
+            self.readings += 1
+            for path, snapshot, error in read_regions(self.directory):
+                if snapshot is None:  # the library keeps going with its last good state; so do we
+                    log.warning("limiter region %s: %s", path, error)
+                    continue
+                for proc in snapshot.processes:
+                    if proc.alive and proc.tenant not in ("", "?"):
+                        self._tenants[proc.pid] = proc.tenant
+        self._unknown = pids - set(self._tenants)
