@@ -80,7 +80,8 @@ async def measure(directory: Path, before: float, speed: float, drain_limit: flo
     fleet = load_fleet(fleet_file)
     collector = Collector(node_targets(fleet), interval=1.0, max_handshakes=fleet.max_handshakes)
     collector.start()
-    await collector.discover(60)
+    found = await collector.discover(60)
+    gpus_total = sum(len(n.sample.gpus) for n in found.nodes if n.sample is not None)
     await asyncio.sleep(2.0)
 
     async def sample(meter: Meter, until: Any) -> float:
@@ -118,7 +119,8 @@ async def measure(directory: Path, before: float, speed: float, drain_limit: flo
     await collector.stop()
     team = done["teams"]["speech"]
     return {
-        "gpus": len(silos.ticks[-1]) if silos.ticks else 0,
+        "gpus": gpus_total,
+        "gpus_read": len(silos.ticks[-1]) if silos.ticks else 0,
         "pooled": len(pooled),
         "jobs": total,
         "job_hours": sum(j["work_hours"] for j in done["jobs"]),
@@ -152,7 +154,9 @@ def report(r: dict[str, Any], speed: float) -> str:
         [
             "## From silos to a pool (`bench/pool_demand.py`)",
             "",
-            f"The simulated `silos` fleet ({r['gpus']} GPUs, 8 nodes) on 127.0.0.1 over SSH; the saturated "
+            f"The simulated `silos` fleet (8 nodes, {r['gpus']} GPUs; the means are over the "
+            f"{r['gpus_read']} with a whole-GPU utilization reading, MIG-mode GPUs having none) on "
+            "127.0.0.1 over SSH; the saturated "
             f"team (speech) has {r['jobs']} queued jobs ({r['job_hours']:.0f} job-hours) that the sim "
             f"fleet's batch scheduler runs where the applied tenant tables grant it, {speed:g}x real time. "
             "Utilization is what gpuops' collector read over SSH at 1 Hz.",
