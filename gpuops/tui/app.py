@@ -14,6 +14,7 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, cast
 
+from rich.text import Text
 from textual.actions import SkipAction
 from textual.app import App
 from textual.binding import BindingType
@@ -23,6 +24,7 @@ from gpuops.fleet.views import FilterError, parse_filter
 from gpuops.tui.feed import Feed, FleetState
 from gpuops.tui.keys import GLOBAL_KEYS, bindings
 from gpuops.tui.screens.base import ViewScreen
+from gpuops.tui.screens.confirm import ConfirmScreen
 from gpuops.tui.screens.detail import DetailScreen
 from gpuops.tui.screens.events import EventsScreen
 from gpuops.tui.screens.fleet import FleetScreen
@@ -130,6 +132,11 @@ class GpuopsApp(App[None]):
         self.fleet_state: FleetState | None = None
         self.history: list[str] = []
         self.published = 0
+        # The Pool screen's apply: whether one runs, whether quitting waits for it, and its last
+        # result in words (printed in the terminal when the app quits after it).
+        self.applying = False
+        self.quit_after_apply = False
+        self.apply_summary: Text | None = None
 
     # ---- what screens read ------------------------------------------------------------------------
 
@@ -213,7 +220,8 @@ class GpuopsApp(App[None]):
             return None
         name, arg = _complete(words[0].lower()), (words[1] if len(words) > 1 else None)
         if name in QUIT:
-            self.exit()
+            self._close_prompt()
+            self.request_quit()
             return None
         if name in NOT_YET:
             self._front_flash(NOT_YET[name])
@@ -284,7 +292,54 @@ class GpuopsApp(App[None]):
             self.switch_mode(self.history.pop())
 
     async def action_quit(self) -> None:
-        self.exit()
+        self.request_quit()
+
+    # ---- quitting while the Pool screen applies a change --------------------------------------------
+
+    def request_quit(self) -> None:
+        """q, :q, ctrl-c. Quitting while an apply runs would cut it off between nodes and lose
+        what it changed, refused or failed; so ask, and quit only once it has ended, with its
+        result printed in the terminal after the screen closes."""
+        if not self.applying:
+            self.exit()
+            return
+        if self.quit_after_apply:
+            self._front_flash("quitting when the apply has ended; it cannot be cut off from here")
+            return
+        if isinstance(self.screen, ConfirmScreen):
+            return  # the question is open already (ctrl-c reaches the app through it)
+        body = Text(
+            "Quitting now would cut the apply off between nodes, and its result (what it changed, "
+            "refused or failed) would be lost.\n\n"
+            "y: quit as soon as it has ended; its result is printed in the terminal.\n"
+            "n, esc or q: stay; the result shows in the Pool screen."
+        )
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                self._front_flash("not quitting; the apply goes on")
+            elif self.applying:
+                self.quit_after_apply = True
+                self._front_flash("quitting when the apply has ended (its result is printed)")
+            else:  # it ended while the question was open
+                self.exit(message=self.apply_summary)
+
+        self.push_screen(
+            ConfirmScreen("An apply is running: quit when it has ended?", body, "y: quit after it"),
+            answered,
+        )
+
+    def apply_started(self) -> None:
+        self.applying = True
+        self.apply_summary = None
+
+    def apply_ended(self, summary: Text) -> None:
+        """The Pool screen's apply has ended (done, refused or failed): quit now if asked to."""
+        self.applying = False
+        self.apply_summary = summary
+        if self.quit_after_apply:
+            self.quit_after_apply = False
+            self.exit(message=summary)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return not (self.readonly and action in self.destructive)

@@ -40,6 +40,7 @@ from gpuops.fleet.collector import (
     FleetSnapshot,
     NodeView,
 )
+from gpuops.fleet.summary import UNOWNED
 from gpuops.fleet.views import (
     FleetStatus,
     NodeRow,
@@ -50,8 +51,13 @@ from gpuops.fleet.views import (
     fleet_status,
     tenant_rows,
 )
+from gpuops.tenancy.attribution import UNATTRIBUTED, default_chain
 
 MIN_PERIOD = 0.25  # the screens redraw at most 4 times a second, whatever the sampling interval
+ATTRIBUTION = "attribution"  # the kind of the events that are attribution warnings
+FLEET_WIDE = "-"  # the node of a warning about no node in particular (a plugin, fleet.yaml)
+MAX_WARNINGS = 100  # distinct warnings listed; a fleet of strangers must not bury the events
+RESCAN_EVERY = 30  # builds between looks for unclaimed processes while their number stays put
 
 
 class FleetSource(Protocol):
@@ -212,6 +218,8 @@ class FleetState:
     status: FleetStatus
     source: str
     _rows: Callable[[], tuple[NodeRow, ...]] = field(repr=False, compare=False, default=lambda: ())
+    # Attribution warnings, each distinct one once, oldest first (`AttributionWarnings`).
+    warnings: tuple[FleetEvent, ...] = ()
 
     @cached_property
     def rows(self) -> tuple[NodeRow, ...]:
@@ -219,6 +227,74 @@ class FleetState:
 
     def node(self, name: str) -> NodeView | None:
         return next((v for v in self.snapshot.nodes if v.name == name), None)
+
+
+class AttributionWarnings:
+    """What attribution warns about, each distinct warning once with the time it was first seen:
+    the chain's problems (a plugin that cannot be loaded, raises or answers nonsense; it keeps
+    them once each) and processes nobody claims (tenant `-`), once per unix user, since one
+    stranger's hundred processes are one thing to fix in fleet.yaml."""
+
+    def __init__(self, limit: int = MAX_WARNINGS) -> None:
+        self.limit = limit
+        self._seen: dict[str, FleetEvent] = {}
+        self._over: set[str] = set()  # keys past the limit, counted once each
+        self._unattributed = -1  # the '-' row's process count at the last scan
+        self._since_scan = 0
+
+    def update(
+        self, now: float, snapshot: FleetSnapshot, ownership: Ownership, tenants: tuple[TenantRow, ...]
+    ) -> None:
+        chain = ownership.chain or default_chain()
+        for problem in chain.problems:
+            self._add(f"chain\0{problem}", FleetEvent(now, FLEET_WIDE, ATTRIBUTION, problem))
+        row = next((t for t in tenants if t.team == UNATTRIBUTED), None)
+        count = row.processes if row is not None else 0
+        # Asking the chain again for every process costs time at 1000 GPUs; the tenants already
+        # count the unclaimed ones, so look only while there are some: when their number moves,
+        # and now and then in case one stranger replaced another.
+        self._since_scan += 1
+        if count and (count != self._unattributed or self._since_scan >= RESCAN_EVERY):
+            self._strangers(now, snapshot, ownership)
+            self._since_scan = 0
+        self._unattributed = count
+
+    def _strangers(self, now: float, snapshot: FleetSnapshot, ownership: Ownership) -> None:
+        for view in snapshot.nodes:
+            if view.sample is None or view.state not in (LIVE, STALE):
+                continue
+            for gpu in view.sample.gpus:
+                owner = ownership.owner(view, gpu) or UNOWNED
+                for p in gpu.processes:
+                    # as tenant_rows asks, so that the warning and the '-' row agree
+                    if ownership.tenant(p, owner)[0] != UNATTRIBUTED:
+                        continue
+                    who = f"user {p.user}" if p.user else "no known user (another PID namespace?)"
+                    where = f"GPU {gpu.info.index}" + ("" if owner == UNOWNED else f" (owner {owner})")
+                    message = (
+                        f"a process of {who} belongs to no team: unattributed (-); "
+                        f"first seen: pid {p.pid} on {where}"
+                    )
+                    self._add(f"user\0{p.user}", FleetEvent(now, view.name, ATTRIBUTION, message))
+
+    def _add(self, key: str, event: FleetEvent) -> None:
+        if key in self._seen:
+            return
+        if len(self._seen) < self.limit:
+            self._seen[key] = event
+            return
+        if key in self._over or len(self._over) >= 100 * self.limit:
+            return
+        self._over.add(key)
+        self._seen["\0more"] = FleetEvent(
+            event.time,
+            FLEET_WIDE,
+            ATTRIBUTION,
+            f"{len(self._over)} more distinct attribution warning(s) not listed (the first {self.limit} are)",
+        )
+
+    def events(self) -> tuple[FleetEvent, ...]:
+        return tuple(self._seen.values())
 
 
 class Feed:
@@ -240,12 +316,14 @@ class Feed:
         self.state: FleetState | None = None
         self._cache = RowCache()
         self.builds = 0
+        self.warnings = AttributionWarnings()
 
     def build(self) -> FleetState:
         now = self.clock()
         snapshot = self.source.snapshot(now)
         tenants = tenant_rows(snapshot, self.ownership)
         self.history = self.history.record(now, tenants)
+        self.warnings.update(now, snapshot, self.ownership, tenants)
         self.version += 1
         self.builds += 1
         cache, ownership = self._cache, self.ownership
@@ -260,6 +338,7 @@ class Feed:
             status=fleet_status(snapshot, now),
             source=self.source.label,
             _rows=lambda: cache.rows(snapshot, ownership),
+            warnings=self.warnings.events(),
         )
         self.state = state
         return state

@@ -43,8 +43,10 @@ class TopBar(Static):
 
 
 class StatusBar(Static):
-    """Nodes live/stale/unreachable, data age, interval, filter and sort; the key hints on the right
-    (on a narrow terminal the figures give way first, never '? help')."""
+    """Nodes live/stale/unreachable, data age, interval, filter and sort, then what the screen says
+    matters (its own part: marks, a change under review, a step under way) and the last message;
+    the key hints on the right. On a narrow terminal the fleet figures give way first (a short
+    form, then cut), then the screen's part, then the message; never '? help'."""
 
     DEFAULT_CSS = """
     StatusBar { height: 1; background: $panel; }
@@ -61,10 +63,58 @@ class StatusBar(Static):
         sort: str,
         readonly: bool,
         message: str = "",
+        extra: Text | None = None,
     ) -> None:
+        hints = self.HINTS
+        width = self.size.width or 160
+        room = width - len(hints) - 1
+        tail = Text()
+        if extra is not None and extra.cell_len:
+            tail.append("│ ", style="dim")
+            tail.append_text(extra)
+            tail.append(" ")
+        note = Text()
+        if message:
+            note.append("│ ", style="dim")
+            note.append(message + " ", style="bold")
+        full = self._figures(status, age, interval, filter_text, sort, readonly, short=False)
+        if full.cell_len + tail.cell_len + note.cell_len <= room:
+            text = full + tail + note
+        else:
+            # Narrow: the message (the answer to a key just pressed) first, then the screen's
+            # part, then the fleet figures in their short form, cut or left out.
+            note = _cut(note, room)
+            tail = _cut(tail, room - note.cell_len)
+            left = room - note.cell_len - tail.cell_len
+            short = self._figures(status, age, interval, filter_text, sort, readonly, short=True)
+            text = (_cut(short, left) if left >= 12 else Text()) + tail + note
+        text.append(" " * max(1, width - text.cell_len - len(hints)))
+        text.append(hints, style="dim")
+        self.update(text)
+
+    @staticmethod
+    def _figures(
+        status: FleetStatus | None,
+        age: float | None,
+        interval: float,
+        filter_text: str,
+        sort: str,
+        readonly: bool,
+        short: bool,
+    ) -> Text:
         text = Text()
         if status is None:
-            text.append(" waiting for the first data… ", style="yellow")
+            text.append(" waiting for data… " if short else " waiting for the first data… ", style="yellow")
+        elif short:
+            text.append(f" {render.STATE_GLYPH['live']}{status.live}", style="green")
+            text.append(
+                f" {render.STATE_GLYPH['stale']}{status.stale}", style="yellow" if status.stale else "dim"
+            )
+            text.append(
+                f" {render.STATE_GLYPH['unreachable']}{status.unreachable} ",
+                style="bold red" if status.unreachable else "dim",
+            )
+            text.append(f"{render.age(age)} old " if age is not None else "no data ")
         else:
             text.append(f" {render.STATE_GLYPH['live']} {status.live} live ", style="green")
             text.append(
@@ -85,19 +135,21 @@ class StatusBar(Static):
         if filter_text:
             text.append("│ ", style="dim")
             text.append(f"/{filter_text} ", style="bold #ffd75f")
-        if sort:
+        if sort and not short:
             text.append(f"│ sort {sort} ", style="dim")
-        if message:
-            text.append("│ ", style="dim")
-            text.append(message + " ", style="bold")
-        width = self.size.width or 160
-        room = width - len(self.HINTS) - 1
-        if text.cell_len > room:
-            text.truncate(max(0, room - 1))
-            text.append("…")
-        text.append(" " * max(1, width - text.cell_len - len(self.HINTS)))
-        text.append(self.HINTS, style="dim")
-        self.update(text)
+        return text
+
+
+def _cut(text: Text, width: int) -> Text:
+    """`text` in at most `width` cells, ending in '…' where cut."""
+    if text.cell_len <= width:
+        return text
+    if width <= 0:
+        return Text()
+    out = text.copy()
+    out.truncate(width - 1)
+    out.append("…")
+    return out
 
 
 class PromptInput(Input):

@@ -12,6 +12,7 @@ move one back. --readonly refuses moving and applying. The steps below the scree
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -33,9 +34,11 @@ from gpuops.tui.app import GpuopsApp
 from gpuops.tui.feed import Feed
 from gpuops.tui.keys import GLOBAL_KEYS
 from gpuops.tui.pool_source import (
+    Applied,
     PoolError,
     PoolSource,
     PoolView,
+    Review,
     draft_moves,
     draft_planner,
     fleet_text,
@@ -88,9 +91,14 @@ def pool_app(path: Path, readonly: bool = False) -> GpuopsApp:
     return GpuopsApp(Feed(source, ownership, period=1.0), readonly=readonly, pool=PoolSource(path))
 
 
-def run(app: GpuopsApp, script: Callable[[Pilot[None]], object], timeout: float = 240) -> None:
+def run(
+    app: GpuopsApp,
+    script: Callable[[Pilot[None]], object],
+    timeout: float = 240,
+    size: tuple[int, int] = SIZE,
+) -> None:
     async def main() -> None:
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=size) as pilot:
             await pilot.pause()
             await script(pilot)  # type: ignore[misc]
 
@@ -293,6 +301,119 @@ def test_readonly_refuses_moving_and_applying(sim: Launched, tmp_path: Path) -> 
 
     run(app, script)
     assert path.read_bytes() == original and not list(tmp_path.glob("fleet.yaml.bak-*"))
+
+
+def test_the_status_line_at_80_columns(sim: Launched, tmp_path: Path) -> None:
+    """At 80x24 the status line keeps the marks, the change under review or the step under way,
+    and their keys (the fleet figures give way); the review panel has room."""
+    path = own_copy(sim, tmp_path)
+    app = pool_app(path)
+
+    def line() -> str:
+        text = status(app).rstrip("\n")
+        assert len(text) <= 80 and text.rstrip().endswith("? help  q quit"), text
+        return text
+
+    async def script(pilot: Pilot[None]) -> None:
+        screen = await open_pool(pilot)
+        assert "space mark · p propose" in line()
+        screen.query_one("#pool-gpus", LiveTable).move_to_key("sim-robotics-01:4")
+        await pilot.press("space", "space")
+        assert "● 2 marked · m in · b back" in line()
+        assert " live " not in line() and "●8 " in line()  # the fleet figures in their short form
+        await pilot.press("m")
+        await settled(pilot, screen)
+        assert "change: 2 in · a apply · c drop" in line()
+        panel = screen.query_one("#pool-review")
+        assert panel.region.height >= 6, panel.region  # the plan has room at 24 lines
+        await pilot.press("space")  # marks and a change under review together
+        assert "● 1 marked · m in · b back │ change: 2 in · a apply · c drop" in line()
+        await pilot.press("c")
+        await pilot.pause()
+        assert "dropped the change under review" in line()  # the answer to a key stays too
+        await pilot.press("p")
+        await settled(pilot, screen)
+        deadline = time.monotonic() + 6  # until the answer to c has gone (4 s)
+        while screen.message and time.monotonic() < deadline:
+            await pilot.pause(0.2)
+        assert re.search(r"│ proposal: \d+ in · a apply · c drop ", line()), line()
+        await pilot.press("c", "q")
+
+    run(app, script, size=(80, 24))
+
+
+class GatedPoolSource(PoolSource):
+    """Applies only once the test opens the gate, so that keys can be pressed while it runs."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.gate = asyncio.Event()
+        self.applying = asyncio.Event()
+
+    async def apply(self, review: Review, now: float | None = None) -> Applied:
+        self.applying.set()
+        await self.gate.wait()
+        return await super().apply(review, now)
+
+
+def test_quitting_while_an_apply_runs_waits_for_its_result(sim: Launched, tmp_path: Path) -> None:
+    """q (and :q) while the apply runs asks first; n stays; y quits only once the apply has
+    ended, and its result (what it changed, refused or failed) is printed in the terminal."""
+    path = own_copy(sim, tmp_path)
+    source, ownership = fleet_source(path, "1s", "simulated silos fleet (pool test)")
+    pool = GatedPoolSource(path)
+    app = GpuopsApp(Feed(source, ownership, period=1.0), pool=pool)
+    seen: dict[str, str] = {}
+
+    async def script(pilot: Pilot[None]) -> None:
+        screen = await open_pool(pilot)
+        screen.query_one("#pool-gpus", LiveTable).move_to_key("sim-robotics-01:6")
+        await pilot.press("space", "space", "m")
+        await settled(pilot, screen)
+        await pilot.press("a")
+        await pilot.pause()
+        await pilot.press("y")
+        await asyncio.wait_for(pool.applying.wait(), 30)
+        await pilot.pause()
+        assert screen.job.startswith("applying")
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        seen["question"] = text_of(app.screen.query_one("#confirm-title", Static)) + text_of(
+            app.screen.query_one("#confirm-body", Static)
+        )
+        await pilot.press("n")
+        await pilot.pause()
+        assert app.screen is screen and not app._exit and "not quitting" in status(app)
+        # :q asks too; y: the app stays until the apply has ended
+        await pilot.press("colon", "q", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await pilot.pause(0.3)
+        assert app.screen is screen and not app._exit
+        assert "quitting when the apply has ended" in status(app)
+        await pilot.press("ctrl+c")  # once more: still waits
+        await pilot.pause(0.3)
+        assert not app._exit and "cannot be cut off" in status(app)
+        pool.gate.set()
+        deadline = time.monotonic() + 60
+        while not app._exit:
+            assert time.monotonic() < deadline, "the app did not quit after the apply"
+            await pilot.pause(0.1)
+        assert screen.applied is not None and screen.applied.ok
+
+    run(app, script)
+    assert "An apply is running" in seen["question"] and "y: quit as soon as it has ended" in seen["question"]
+    summary = app.apply_summary
+    assert summary is not None
+    console = Console(width=200, record=True, color_system=None)
+    console.print(summary)
+    text = console.export_text()
+    assert "the apply to pool shared has ended" in text
+    assert "node sim-robotics-01: changed" in text and "GPU 6: limiter tenant lines written" in text
+    assert "Apply: 1 node(s) changed" in text
+    assert load_fleet(path).pool_of("sim-robotics-01", 6) == "shared"
 
 
 def test_help_lists_the_pool_keys_and_a_local_view_has_no_pool() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar, cast
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
@@ -127,7 +128,12 @@ class ViewScreen(Screen[None]):
             self.sort_label(),
             app.readonly,
             self.message,
+            self.status_part(),
         )
+
+    def status_part(self) -> Text | None:
+        """What this screen adds to the status line (kept before the fleet figures when narrow)."""
+        return None
 
     # ---- sorting and filtering ---------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """`:events`: what happened to the fleet — nodes going stale or unreachable and coming back, agent
-errors — newest first. (XID errors and applied changes will land here as their sources do.)"""
+errors, attribution warnings (each distinct one once) — newest first. (XID errors and applied
+changes will land here as their sources do.)"""
 
 from __future__ import annotations
 
@@ -15,12 +16,18 @@ from textual.widgets import Static
 from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE
 from gpuops.fleet.views import event_rows
 from gpuops.tui import render
-from gpuops.tui.feed import FleetState
+from gpuops.tui.feed import ATTRIBUTION, FLEET_WIDE, FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Column, LiveTable, Row
 
-KIND_STYLE = {LIVE: "green", STALE: "yellow", UNREACHABLE: "bold red", "agent-error": "#ff875f"}
+KIND_STYLE = {
+    LIVE: "green",
+    STALE: "yellow",
+    UNREACHABLE: "bold red",
+    "agent-error": "#ff875f",
+    ATTRIBUTION: "#ffaf00",
+}
 
 
 class EventsScreen(ViewScreen):
@@ -49,7 +56,8 @@ class EventsScreen(ViewScreen):
         )
         yield LiveTable(columns, id="events-table")
         yield Static(
-            "No events yet. Nodes going stale or unreachable and back, and agent errors, appear here.",
+            "No events yet. Nodes going stale or unreachable and back, agent errors and attribution "
+            "warnings appear here.",
             id="events-empty",
         )
 
@@ -57,7 +65,7 @@ class EventsScreen(ViewScreen):
         return self.query_one(LiveTable)
 
     def draw(self, state: FleetState) -> None:
-        events = event_rows(state.events, self.filter, self.sort, self.reverse)
+        events = event_rows(state.events + state.warnings, self.filter, self.sort, self.reverse)
         out: list[Row] = []
         for i, e in enumerate(events):
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.time))
@@ -76,9 +84,11 @@ class EventsScreen(ViewScreen):
         self.query_one(LiveTable).set_rows(out)
         empty = self.query_one("#events-empty", Static)
         empty.display = not out
-        if not out and state.events:
+        if not out and (state.events or state.warnings):
             empty.update("No event matches the filter (esc clears it).")
 
     @on(LiveTable.RowSelected)
     def _selected(self, event: LiveTable.RowSelected) -> None:
-        self.gapp.open_detail(event.key.split("/", 2)[1], None)
+        node = event.key.split("/", 2)[1]
+        if node != FLEET_WIDE:  # a warning about no node in particular has no node to open
+            self.gapp.open_detail(node, None)

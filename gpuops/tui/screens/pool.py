@@ -128,7 +128,12 @@ class PoolScreen(ViewScreen):
     #pool-gpus { height: 1fr; min-height: 8; }
     #pool-review { height: 1fr; display: none; border-top: solid $accent; padding: 0 1; }
     #pool-review.open { display: block; }
+    PoolScreen.short.reviewing #pool-teams { display: none; }
+    PoolScreen.short.reviewing #pool-gpus { min-height: 4; }
     """
+    # Under this many lines, the teams' table gives its place to the review panel while it is
+    # open: at 24 lines the panel (the plan, an apply's result) would otherwise get none.
+    SHORT = 40
 
     def __init__(self) -> None:
         super().__init__()
@@ -165,6 +170,9 @@ class PoolScreen(ViewScreen):
     def draft(self) -> Draft | None:
         return self.review.draft if self.review is not None else None
 
+    def on_resize(self) -> None:
+        self.set_class(self.size.height < self.SHORT, "short")
+
     def on_screen_resume(self) -> None:
         super().on_screen_resume()
         if self.view is None and not self.job and not self.error:
@@ -197,6 +205,43 @@ class PoolScreen(ViewScreen):
         self._teams()
         self._gpu_rows()
         self._review()
+        self.draw_status()
+
+    def status_part(self) -> Text | None:
+        """What the operator must not lose on a narrow terminal: the step under way, the marked
+        GPUs, the change under review or the last apply's outcome, each with its next keys."""
+        if self.source is None:
+            return None
+        text = Text()
+
+        def part(words: str, style: str = "", keys: str = "") -> None:
+            if text.cell_len:
+                text.append(" │ ", style="dim")
+            text.append(words, style=style)
+            if keys:
+                text.append(f" · {keys}", style="dim")
+
+        if self.job:
+            part(f"⟳ {self.job.split(' ', 1)[0].rstrip(':')}…", "bold yellow")
+        if self.marked:
+            part(f"{MARK} {len(self.marked)} marked", "bold #ffd75f", "" if self.job else "m in · b back")
+        draft = self.draft
+        if draft is not None and self.review is not None:
+            moved = [f"{len(draft.joined)} in"] if draft.joined else []
+            moved += [f"{len(draft.left)} back"] if draft.left else []
+            what = "proposal" if draft.kind == "planner" else "change"
+            pending = draft.changed or bool(self.review.plan.changes)
+            keys = "" if self.job else ("a apply · c drop" if pending else "c drop")
+            part(f"{what}: {', '.join(moved) or ('no moves' if pending else 'nothing to do')}", CHANGED, keys)
+        elif self.applied is not None and not self.job:
+            bad = sum(1 for r in self.applied.results if not r.ok)
+            if self.applied.ok:
+                part("applied ✓", "bold green", "result below")
+            else:
+                part(f"applied: {bad} node(s) not done", "bold red", "result below")
+        if not text.cell_len and self.view is not None:
+            part("space mark", "dim", "p propose")
+        return text
 
     def _head(self) -> None:
         text = Text()
@@ -379,9 +424,11 @@ class PoolScreen(ViewScreen):
         review, applied = self.review, self.applied
         if review is None and applied is None:
             panel.set_class(False, "open")
+            self.set_class(False, "reviewing")
             out.update("")
             return
         panel.set_class(True, "open")
+        self.set_class(True, "reviewing")
         if review is not None:
             out.update(self._review_text(review))
         elif applied is not None:
@@ -426,7 +473,7 @@ class PoolScreen(ViewScreen):
         return text
 
     @staticmethod
-    def _applied_text(applied: Applied) -> Text:
+    def _applied_text(applied: Applied, after_quit: bool = False) -> Text:
         text = Text()
         view = applied.review.draft.view
         text.append("Applied", style="bold green" if applied.ok else "bold red")
@@ -437,16 +484,25 @@ class PoolScreen(ViewScreen):
         for line in applied.lines:
             text.append_text(Text.from_markup(line))
             text.append("\n")
-        text.append(
-            "The lists above show the new layout: fleet.yaml and the nodes' live state read again.",
-            style="dim",
-        )
+        if not after_quit:
+            text.append(
+                "The lists above show the new layout: fleet.yaml and the nodes' live state read again.",
+                style="dim",
+            )
         return text
 
     # ---- jobs ------------------------------------------------------------------------------------
 
-    def _start(self, what: str, job: Callable[[], Awaitable[None]], *, restart: bool = False) -> bool:
-        """Run one step in a worker; one at a time (a new read may replace a read under way)."""
+    def _start(
+        self,
+        what: str,
+        job: Callable[[], Awaitable[None]],
+        *,
+        restart: bool = False,
+        after: Callable[[], None] | None = None,
+    ) -> bool:
+        """Run one step in a worker; one at a time (a new read may replace a read under way).
+        `after` runs once the step has ended and been drawn, unless the app cut it off."""
         if self.source is None:
             self.flash(NO_FLEET)
             return False
@@ -459,12 +515,14 @@ class PoolScreen(ViewScreen):
         self.draw_pool()
 
         async def run() -> None:
+            cancelled = False
             try:
                 await job()
             except PoolError as exc:
                 if token == self._token:
                     self.error = str(exc)
             except asyncio.CancelledError:
+                cancelled = True
                 raise
             except Exception as exc:  # a bug must not take the screen down: one line, logged
                 log.exception("pool screen: %s", what)
@@ -477,6 +535,8 @@ class PoolScreen(ViewScreen):
                     self.job = ""
                     self.jobs += 1
                     self.redraw()
+                if after is not None and not cancelled:
+                    after()
 
         self.run_worker(run(), name=f"pool: {what}", group="pool", exclusive=True, exit_on_error=False)
         return True
@@ -629,7 +689,23 @@ class PoolScreen(ViewScreen):
             # (the history did not change), the nodes' live state read again.
             self.view = await source.load(window, pool, histories=view.histories, now=view.read_at)
 
-        self._start("applying: writing fleet.yaml, then the plan node by node", job)
+        def ended() -> None:
+            self.gapp.apply_ended(self.apply_summary(pool))
+
+        if self._start("applying: writing fleet.yaml, then the plan node by node", job, after=ended):
+            self.gapp.apply_started()
+
+    def apply_summary(self, pool: str) -> Text:
+        """The last apply's outcome in words, for the terminal when the app quits after it."""
+        text = Text()
+        text.append(f"gpuops tui: the apply to pool {pool} has ended.\n", style="bold")
+        if self.applied is not None:
+            text.append_text(self._applied_text(self.applied, after_quit=True))
+        else:
+            text.append("Nothing was applied.\n")
+        if self.error:
+            text.append(f"✖ {self.error}\n", style="bold red")
+        return text
 
     def action_clear(self) -> None:
         dropped = self.review is not None

@@ -14,7 +14,7 @@ from textual.widgets import Static
 from gpuops.fleet.summary import UNOWNED
 from gpuops.fleet.views import TenantHistory, TenantRow, sort_tenants
 from gpuops.tui import render
-from gpuops.tui.feed import FleetState
+from gpuops.tui.feed import FLEET_WIDE, FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Cell, Column, LiveTable, Row
@@ -80,7 +80,13 @@ class TenantsScreen(ViewScreen):
         super().__init__()
         self.selected: str | None = None
 
+    DEFAULT_CSS = """
+    #tenants-notice { height: auto; max-height: 2; padding: 0 1; display: none; color: #ffaf00; }
+    #tenants-notice.shown { display: block; }
+    """
+
     def compose_body(self) -> ComposeResult:
+        yield Static(id="tenants-notice")
         yield LiveTable(COLUMNS, id="tenants-table")
         yield Static(id="tenant-panel")
 
@@ -95,6 +101,22 @@ class TenantsScreen(ViewScreen):
         if out and self.selected not in {k for k, _ in out}:
             self.selected = out[0][0]
         self._panel(state)
+        self._notice(state)
+
+    def _notice(self, state: FleetState) -> None:
+        """The figures above depend on attribution: say when it warned, once, pointing at :events
+        for the list (which has each distinct warning once)."""
+        notice = self.query_one("#tenants-notice", Static)
+        warnings = state.warnings
+        notice.set_class(bool(warnings), "shown")
+        if not warnings:
+            return
+        latest = warnings[-1]  # the newest distinct one: the list is in the order first seen
+        text = Text()
+        text.append(f"⚠ {render.count(len(warnings), 'attribution warning')}", style="bold")
+        text.append(" (:events lists them) · latest: ", style="dim")
+        text.append(latest.message if latest.node == FLEET_WIDE else f"{latest.node}: {latest.message}")
+        notice.update(text)
 
     @staticmethod
     def _cells(r: TenantRow, history: TenantHistory) -> tuple[Cell, ...]:
