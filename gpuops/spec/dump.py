@@ -4,14 +4,20 @@
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
 from gpuops.spec.model import Fleet
 
 _FLOW_WIDTH = 72
+# A string written bare inside `{...}` or `[...]`: ruamel writes some plain scalars there that its
+# own parser then refuses (`{description: :0}`), so a string that starts with an indicator, holds
+# a flow indicator, a colon or a comment mark, or has spaces at its ends, is written in quotes.
+_FLOW_UNSAFE = re.compile(r"\A(?:[-?:,\[\]{}#&*!|>'\"%@`\s]|\Z)|[,\[\]{}#:]|\s\Z")
 
 
 def dump_fleet(fleet: Fleet, *, comment: str | None = None) -> str:
@@ -35,15 +41,24 @@ def _is_plain(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
+def _in_flow(value: Any) -> Any:
+    if isinstance(value, str) and _FLOW_UNSAFE.search(value):
+        # Single quotes as ruamel writes them itself; double quotes where escapes are needed.
+        return SingleQuotedScalarString(value) if value.isprintable() else DoubleQuotedScalarString(value)
+    return value
+
+
 def _styled(value: Any) -> Any:
     if isinstance(value, dict):
-        mapping = CommentedMap((k, _styled(v)) for k, v in value.items())
         if not value or (all(_is_plain(v) for v in value.values()) and len(repr(value)) <= _FLOW_WIDTH):
+            mapping = CommentedMap((_in_flow(k), _in_flow(v)) for k, v in value.items())
             mapping.fa.set_flow_style()
-        return mapping
+            return mapping
+        return CommentedMap((k, _styled(v)) for k, v in value.items())
     if isinstance(value, list):
-        seq = CommentedSeq(_styled(v) for v in value)
         if not value or (all(_is_plain(v) for v in value) and len(repr(value)) <= _FLOW_WIDTH):
+            seq = CommentedSeq(_in_flow(v) for v in value)
             seq.fa.set_flow_style()
-        return seq
+            return seq
+        return CommentedSeq(_styled(v) for v in value)
     return value

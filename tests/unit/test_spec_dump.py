@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpuops.spec import Fleet, dump_fleet, fleet_from_data, load_fleet, parse_fleet
@@ -166,6 +166,7 @@ def fleets(draw: st.DrawFn) -> dict[str, Any]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets())
+@example({"version": 1, "teams": {"a0": {"description": ":0"}}, "nodes": []})  # written bare in {...}
 def test_random_fleets_round_trip(data: dict[str, Any]) -> None:
     fleet = fleet_from_data(data)
     text = dump_fleet(fleet)
