@@ -13,6 +13,8 @@ when it is cancelled or has sent `count` events.
 With `"rows": [field names of a GPU's sample]` as well (agents offering the "rows" capability),
 the events after the first carry `"rows": [timestamp, [row per GPU], [GPU deltas]]` instead of
 `delta` (core/delta.py `sample_rows`): each GPU's sample a row of values, null where unchanged.
+With `"align": true` (the "align" capability) the samples after the first are taken at the
+multiples of the interval on the node's clock, so every node of a fleet samples together.
     -> {"v": 1, "id": 3, "op": "cancel", "args": {"id": 2}}
     <- {"v": 1, "id": 2, "ok": true, "result": {"events": 5, "cancelled": true}}
     <- {"v": 1, "id": 3, "ok": true, "result": {"cancelled": 2}}
@@ -21,7 +23,7 @@ Errors: {"v": 1, "id": <id or null>, "ok": false, "error": {"code": CODE, "messa
 
 The ops (`OPS`), each with its arguments' checker below:
 
-- `hello` (versions), `inventory`, `sample`, `watch` (interval, count, delta, rows) and `cancel`
+- `hello` (versions), `inventory`, `sample`, `watch` (interval, count, delta, rows, align) and `cancel`
   (the id of a watch): what the node has and does, once or as a stream;
 - `config`: the node's MPS daemons and limiter table, for `gpuops plan`;
 - `mig_apply`, `mps_apply`, `limiter_apply`: the changes of `gpuops apply` (`mig_apply_args`,
