@@ -80,6 +80,18 @@ class Bucket:
     span: float  # 60.0 (minute) or 3600.0 (hour)
     gpus: Tuple[GpuUsage, ...]
 
+    def __getattr__(self, name: str) -> Any:
+        # Only for a missing attribute: `gpus` of a bucket decoded with keep_json=True, built when
+        # first asked for (equality, repr, tests). A node answering `history` never asks: it
+        # sends the JSON it checked, and does not allocate every figure's objects twice.
+        kept = self.__dict__.get(_KEPT) if name == "gpus" else None
+        if kept is None:
+            raise AttributeError(name)
+        built = _fast_bucket(kept, keep_json=False)
+        gpus = built.gpus if built is not None else _checked_bucket(kept).gpus
+        self.__dict__["gpus"] = gpus
+        return gpus
+
 
 @dataclass(frozen=True)
 class History:
@@ -270,6 +282,12 @@ def gpu_to_json(g: GpuUsage) -> Dict[str, Any]:
 
 
 def bucket_to_json(b: Bucket) -> Dict[str, Any]:
+    # A bucket decoded with keep_json=True (a node's own files) is the object it came from: the
+    # node answers `history` without building every bucket's JSON again. Callers must not
+    # change what this returns.
+    kept = b.__dict__.get(_KEPT)
+    if kept is not None:
+        return kept  # type: ignore[no-any-return]
     return {"start": b.start, "span": b.span, "gpus": [gpu_to_json(g) for g in b.gpus]}
 
 
@@ -286,6 +304,10 @@ def history_to_json(h: History) -> Dict[str, Any]:
 
 _MAX_INT = 2**63
 _MAX_TIME = 1e11  # seconds since 1970: year 5138
+_INF = float("inf")
+_KEPT = "_json"  # instance dictionary key of the JSON a bucket was decoded from (not a field)
+_new = object.__new__
+_set_state = object.__setattr__
 
 
 def _obj(data: Any, path: str, keys: Tuple[str, ...]) -> Dict[str, Any]:
@@ -421,7 +443,191 @@ def gpu_from_json(data: Any, path: str = "GpuUsage") -> GpuUsage:
     )
 
 
-def bucket_from_json(data: Any, path: str = "Bucket") -> Bucket:
+def _fast_bucket(data: Any, keep_json: bool) -> Optional[Bucket]:
+    """The bucket when `data` is exactly what `bucket_to_json` writes (each value of its plain
+    JSON type: floats where the figure is a float, no extra key, no key twice); else None, and
+    `_checked_bucket` decodes it (an int for a float) or says what is wrong and where. The same
+    checks as there, written as one type test and one range test per value, with the instances'
+    dictionaries set whole (no __init__, no setattr per field): decoding is most of what the operator does
+    with a reply, and reading its files most of what a node does to answer."""
+    if type(data) is not dict or len(data) != 3:
+        return None
+    try:
+        start = data["start"]
+        span = data["span"]
+        gpu_items = data["gpus"]
+    except KeyError:
+        return None
+    if not (
+        type(start) is float
+        and type(span) is float
+        and span in (HOUR, MINUTE)
+        and 0.0 <= start <= _MAX_TIME
+        and math.fmod(start, span) == 0.0
+        and type(gpu_items) is list
+    ):
+        return None
+    gpus = []
+    indices = set()
+    for g in gpu_items:
+        if type(g) is not dict or len(g) != 11:
+            return None
+        try:
+            index = g["index"]
+            uuid = g["uuid"]
+            name = g["name"]
+            total = g["memory_total"]
+            owner = g["owner"]
+            mig = g["mig"]
+            seconds = g["seconds"]
+            busy = g["busy"]
+            memory = g["memory"]
+            mmax = g["memory_max"]
+            user_items = g["users"]
+        except KeyError:
+            return None
+        if not (
+            type(uuid) is str
+            and type(name) is str
+            and type(mig) is bool
+            and type(index) is int
+            and type(total) is int
+            and type(mmax) is int
+            and 0 <= index < _MAX_INT
+            and 0 <= total < _MAX_INT
+            and 0 <= mmax < _MAX_INT
+            and index not in indices
+            and (owner is None or type(owner) is str)
+            and type(seconds) is float
+            and type(busy) is float
+            and type(memory) is float
+            and seconds >= 0.0
+            and busy >= 0.0
+            and memory >= 0.0
+            and seconds + busy + memory < _INF  # each finite (none is NaN: NaN >= 0 is false)
+            and type(user_items) is list
+        ):
+            return None
+        indices.add(index)
+        users: List[UserUsage] = []
+        keys = set()
+        for u in user_items:
+            if type(u) is not dict or len(u) != 12:
+                return None
+            try:
+                user = u["user"]
+                group_items = u["groups"]
+                tenant = u["tenant"]
+                source = u["tenant_source"]
+                gi = u["gpu_instance_id"]
+                u_seconds = u["seconds"]
+                u_held = u["held"]
+                u_busy = u["busy"]
+                u_memory = u["memory"]
+                u_mmax = u["memory_max"]
+                u_pmax = u["process_max"]
+                u_count = u["processes"]
+            except KeyError:
+                return None
+            if not (
+                type(group_items) is list
+                and type(user) is str
+                and type(source) is str
+                and (tenant is None or type(tenant) is str)
+                and (gi is None or (type(gi) is int and 0 <= gi < _MAX_INT))
+                and type(u_seconds) is float
+                and type(u_held) is float
+                and type(u_busy) is float
+                and type(u_memory) is float
+                and u_seconds >= 0.0
+                and u_held >= 0.0
+                and u_busy >= 0.0
+                and u_memory >= 0.0
+                and u_seconds + u_held + u_busy + u_memory < _INF
+                and type(u_mmax) is int
+                and type(u_pmax) is int
+                and type(u_count) is int
+                and 0 <= u_mmax < _MAX_INT
+                and 0 <= u_pmax < _MAX_INT
+                and 0 <= u_count < _MAX_INT
+            ):
+                return None
+            groups = tuple(group_items)
+            for group in groups:
+                if type(group) is not str:
+                    return None
+            key = (user, groups, tenant, source, gi)
+            if key in keys:
+                return None
+            keys.add(key)
+            if keep_json:
+                continue
+            # Literal keys: the interned names attribute lookups find by identity (the parser's
+            # keys are equal strings, not the same ones: reading the figures back took twice as
+            # long).
+            usage = _new(UserUsage)
+            _set_state(
+                usage,
+                "__dict__",
+                {
+                    "user": user,
+                    "groups": groups,
+                    "tenant": tenant,
+                    "tenant_source": source,
+                    "gpu_instance_id": gi,
+                    "seconds": u_seconds,
+                    "held": u_held,
+                    "busy": u_busy,
+                    "memory": u_memory,
+                    "memory_max": u_mmax,
+                    "process_max": u_pmax,
+                    "processes": u_count,
+                },
+            )
+            users.append(usage)
+        if keep_json:
+            continue
+        gpu = _new(GpuUsage)
+        _set_state(
+            gpu,
+            "__dict__",
+            {
+                "index": index,
+                "uuid": uuid,
+                "name": name,
+                "memory_total": total,
+                "owner": owner,
+                "mig": mig,
+                "seconds": seconds,
+                "busy": busy,
+                "memory": memory,
+                "memory_max": mmax,
+                "users": tuple(users),
+            },
+        )
+        gpus.append(gpu)
+    # Kept: `gpus` is built from `data` when first asked for (Bucket.__getattr__).
+    b_state: Dict[str, Any] = {"start": start, "span": span}
+    if keep_json:
+        b_state[_KEPT] = data
+    else:
+        b_state["gpus"] = tuple(gpus)
+    bucket = _new(Bucket)
+    _set_state(bucket, "__dict__", b_state)
+    return bucket
+
+
+def bucket_from_json(data: Any, path: str = "Bucket", keep_json: bool = False) -> Bucket:
+    """A bucket, every field checked; raises ValueError("path: what is wrong"). `keep_json`:
+    when `data` is exactly in bucket_to_json's form, the bucket keeps it, `bucket_to_json`
+    gives it back as it is and `gpus` is built from it when first used, so the caller must not
+    change `data` afterwards; for a node's own files, not for replies (the operator would keep
+    every parsed reply alive)."""
+    fast = _fast_bucket(data, keep_json)
+    return fast if fast is not None else _checked_bucket(data, path)
+
+
+def _checked_bucket(data: Any, path: str = "Bucket") -> Bucket:
     d = _obj(data, path, ("start", "span", "gpus"))
     span = _amount(d["span"], path + ".span")
     if span not in (MINUTE, HOUR):

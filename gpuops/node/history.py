@@ -373,6 +373,12 @@ class FileError(ValueError):
 
 def read_file(path: str, resolution: str) -> List[Bucket]:
     """The buckets of one history file; FileError when it is not a valid one."""
+    return _read_file(path, resolution)[0]
+
+
+def _read_file(path: str, resolution: str) -> Tuple[List[Bucket], int]:
+    """read_file's buckets, which keep the JSON they were read from (bucket_to_json gives it
+    back: a node answers `history` without encoding them again), and the file's size."""
     try:
         size = os.path.getsize(path)
         if size > MAX_FILE_BYTES:
@@ -402,14 +408,14 @@ def read_file(path: str, resolution: str) -> List[Bucket]:
     span = RESOLUTIONS[resolution]
     try:
         for n, item in enumerate(buckets):
-            b = bucket_from_json(item, "buckets[%d]" % n)
+            b = bucket_from_json(item, "buckets[%d]" % n, keep_json=True)
             if b.span != span:
                 raise ValueError("buckets[%d].span: %g in a %s file" % (n, b.span, resolution))
             out.append(b)
     except ValueError as exc:
         raise FileError("%s: %s" % (path, exc)) from None
     out.sort(key=lambda b: b.start)
-    return out
+    return out, len(raw)
 
 
 def _file_text(resolution: str, written: float, texts: Iterable[str]) -> str:
@@ -715,6 +721,13 @@ class Recorder:
 # ---- reading -----------------------------------------------------------------------------------
 
 
+# The most a bucket's JSON grows when it is decoded from a file and encoded again: 4.5 for a
+# number ("1e15" is written back as "1000000000000000.0", "5" in a float field as "5.0"), 3 for
+# a character (2 to 4 bytes of UTF-8 become one or two 6-byte \u escapes); keys, spacing and
+# other escapes only shrink.
+_GROWTH = 5
+
+
 def _overlaps(b: Bucket, since: float, until: float) -> bool:
     return b.start < until and b.start + b.span > since
 
@@ -741,10 +754,11 @@ def read_history(
         recording = False
     found: List[Bucket] = []
     oldest: Optional[float] = None
+    text_bytes = 0  # of the files `found` comes from
     if resolution == "minute":
         if os.path.exists(minutes_path):
             try:
-                kept = read_file(minutes_path, "minute")
+                kept, text_bytes = _read_file(minutes_path, "minute")
             except FileError as exc:
                 log.error("history: skipping %s", exc)
                 kept = []
@@ -756,19 +770,19 @@ def read_history(
         except OSError:
             names = []
         days = sorted(m.group(1) for m in (_HOURS_RE.match(n) for n in names) if m)
-        loaded: Dict[str, List[Bucket]] = {}
+        loaded: Dict[str, Tuple[List[Bucket], int]] = {}
 
-        def load(day: str) -> List[Bucket]:
+        def load(day: str) -> Tuple[List[Bucket], int]:
             if day not in loaded:
                 try:
-                    loaded[day] = read_file(os.path.join(directory, hours_file(day)), "hour")
+                    loaded[day] = _read_file(os.path.join(directory, hours_file(day)), "hour")
                 except FileError as exc:
                     log.error("history: skipping %s", exc)
-                    loaded[day] = []
+                    loaded[day] = ([], 0)
             return loaded[day]
 
         for day in days:  # the oldest bucket kept: in the oldest readable day file
-            bs = load(day)
+            bs = load(day)[0]
             if bs:
                 oldest = bs[0].start
                 break
@@ -778,16 +792,22 @@ def read_history(
             except ValueError:
                 continue
             if start < until and start + DAY > since:
-                found.extend(b for b in load(day) if _overlaps(b, since, until))
+                bs, size = load(day)
+                found.extend(b for b in bs if _overlaps(b, since, until))
+                text_bytes += size
     found.sort(key=lambda b: b.start)
-    # Bound the reply: newest first until the budget is spent.
-    budget = max_bytes
-    kept_from = len(found)
-    for i in range(len(found) - 1, -1, -1):
-        budget -= len(_dumps(bucket_to_json(found[i]))) + 1
-        if budget < 0:
-            break
-        kept_from = i
+    # Bound the reply: newest first until the budget is spent. Buckets written again (compact,
+    # ASCII) take at most _GROWTH times their text in the files, so when the files are that
+    # much smaller than the budget everything fits and nothing needs measuring.
+    kept_from = 0
+    if text_bytes * _GROWTH + len(found) > max_bytes:
+        budget = max_bytes
+        kept_from = len(found)
+        for i in range(len(found) - 1, -1, -1):
+            budget -= len(_dumps(bucket_to_json(found[i]))) + 1
+            if budget < 0:
+                break
+            kept_from = i
     if kept_from > 0 and found:
         if kept_from >= len(found):
             found, since = [], until

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -446,3 +447,57 @@ def test_agent_mode_usage_errors(argv: list[str], says: str, tmp_path: Path) -> 
     )
     assert done.returncode == 2, done
     assert says in done.stderr and "Traceback" not in done.stderr
+
+
+def _reply_sizes(buckets: tuple[Any, ...]) -> list[int]:
+    from gpuops.core.history import bucket_to_json
+
+    return [len(json.dumps(bucket_to_json(b), separators=(",", ":"))) + 1 for b in buckets]
+
+
+def test_the_bound_holds_for_files_that_grow_when_written_again(tmp_path: Path) -> None:
+    """read_history skips measuring the buckets when the files are 5 times smaller than the
+    budget; a file whose numbers and names grow most when encoded again must still fit."""
+    rec = Recorder(str(tmp_path), interval=600, clock=Clock(T0))
+    for i in range(6 * 24 + 1):
+        rec.add(_two_users(T0 - 86400 + 600 * i))
+    rec.close()
+    path = tmp_path / hours_file(day_of(T0 - 1))
+    doc = json.loads(path.read_text())
+    for b in doc["buckets"]:
+        for g in b["gpus"]:
+            for u in g["users"]:
+                u["user"] = "\U0001f600" * 8  # 4 bytes of UTF-8 each, 12 once escaped
+                u["memory"] = 1e15
+    # Written by hand: raw UTF-8 and "1e15" (the reply says "\ud83d\ude00" and "1000000000000000.0").
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).replace("1e+15", "1e15")
+    path.write_text(text, encoding="utf-8")
+    full = read_history(str(tmp_path), "hour", T0 - 86400, T0 + HOUR, now=T0)
+    assert len(full.buckets) == 24 and full.buckets[0].gpus[0].users[0].memory == 1e15
+    sizes = _reply_sizes(full.buckets)
+    file_bytes = len(text.encode("utf-8"))
+    assert file_bytes < sum(sizes) < 5 * file_bytes  # it did grow, less than the bound says
+    skipped = 5 * file_bytes + 24  # from here on nothing is measured
+    for max_bytes in sorted(
+        {*range(0, sum(sizes) + 2000, 997), *(sum(sizes[k:]) for k in range(24)), skipped, skipped - 1}
+    ):
+        cut = read_history(str(tmp_path), "hour", T0 - 86400, T0 + HOUR, now=T0, max_bytes=max_bytes)
+        n = len(cut.buckets)
+        assert sum(sizes[24 - n :]) <= max_bytes if n else True
+        assert n == 24 or sum(sizes[24 - n - 1 :]) > max_bytes  # the most recent that fit, all of them
+        assert cut.buckets == full.buckets[24 - n :]
+
+
+def test_the_reply_is_the_files_json_and_decodes_to_the_same_history(tmp_path: Path) -> None:
+    from gpuops.core.history import bucket_to_json, history_to_json
+
+    rec = Recorder(str(tmp_path), interval=600, clock=Clock(T0))
+    for i in range(6 * 24 + 1):
+        rec.add(_two_users(T0 - 86400 + 600 * i))
+    rec.close()
+    h = read_history(str(tmp_path), "hour", T0 - 86400, T0 + HOUR, now=T0)
+    on_disk = json.loads((tmp_path / hours_file(day_of(T0 - 1))).read_text())["buckets"]
+    assert [bucket_to_json(b) for b in h.buckets] == on_disk
+    line = proto.reply(1, history_to_json(h))
+    decoded = history_from_json(proto.parse_message(line, json.loads).result)
+    assert decoded == h and decoded.buckets[3].gpus[0].users[1].user == "bob"

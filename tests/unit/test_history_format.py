@@ -234,3 +234,163 @@ def test_mig_instances_are_their_fraction_of_the_gpu() -> None:
     assert by_user["dave"].weight == pytest.approx(3 / 7 * 0.25)
     assert by_user["erin"].weight == pytest.approx(1 / 7) and by_user["erin"].key[4] == 9
     assert MINUTE == 60.0
+
+
+# ---- the fast path and kept JSON -----------------------------------------------------------------
+# bucket_from_json first tries `_fast_bucket` (one type test per value, exactly bucket_to_json's
+# form) and falls back to `_checked_bucket` (field by field, errors located). The fast path may
+# refuse anything, never accept what the checked decoder refuses, and never decode differently.
+
+
+def _decode(decoder: Any, data: Any) -> Any:
+    try:
+        return decoder(data)
+    except ValueError as exc:
+        return ("error", str(exc))
+
+
+def _bucket_json() -> dict[str, Any]:
+    return json.loads(json.dumps(history_to_json(_history())))["buckets"][0]
+
+
+_bucket_keys = st.sampled_from(
+    [
+        ("start",),
+        ("span",),
+        ("gpus",),
+        ("extra",),
+        ("gpus", 0),
+        ("gpus", 1, "index"),
+        ("gpus", 0, "uuid"),
+        ("gpus", 0, "name"),
+        ("gpus", 0, "memory_total"),
+        ("gpus", 0, "owner"),
+        ("gpus", 0, "mig"),
+        ("gpus", 0, "seconds"),
+        ("gpus", 0, "busy"),
+        ("gpus", 0, "memory"),
+        ("gpus", 0, "memory_max"),
+        ("gpus", 0, "users"),
+        ("gpus", 0, "extra"),
+        ("gpus", 0, "users", 0),
+        ("gpus", 0, "users", 1, "user"),
+        ("gpus", 0, "users", 0, "groups"),
+        ("gpus", 0, "users", 0, "groups", 0),
+        ("gpus", 0, "users", 0, "tenant"),
+        ("gpus", 0, "users", 0, "tenant_source"),
+        ("gpus", 1, "users", 0, "gpu_instance_id"),
+        ("gpus", 0, "users", 0, "seconds"),
+        ("gpus", 0, "users", 0, "held"),
+        ("gpus", 0, "users", 1, "busy"),
+        ("gpus", 0, "users", 0, "memory"),
+        ("gpus", 0, "users", 0, "memory_max"),
+        ("gpus", 0, "users", 0, "process_max"),
+        ("gpus", 0, "users", 1, "processes"),
+        ("gpus", 0, "users", 0, "extra"),
+    ]
+)
+# Values near the edges of what each field takes, besides anything JSON can hold.
+_edges = st.sampled_from(
+    [
+        0,
+        -1,
+        7,
+        2**63 - 1,
+        2**63,
+        0.0,
+        -0.0,
+        -1.0,
+        2.5,
+        3600.0,
+        60.0,
+        1e11,
+        1e11 + 3600.0,
+        1e308,
+        float("inf"),
+        float("nan"),
+        True,
+        False,
+        None,
+        "",
+        "alice",
+        "(other)",
+        [],
+        ["vision"],
+        ["vision", 7],
+        {},
+        _DELETE,
+    ]
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.tuples(_bucket_keys, _json | _edges), min_size=1, max_size=3))
+def test_the_fast_path_agrees_with_the_checked_decoder(changes: list[tuple[tuple[Any, ...], Any]]) -> None:
+    from gpuops.core.history import _checked_bucket, _fast_bucket, bucket_from_json, bucket_to_json
+
+    data: Any = _bucket_json()
+    for path, value in changes:
+        with contextlib.suppress(KeyError, IndexError, TypeError):
+            data = _mutate(data, path, value)
+    checked = _decode(_checked_bucket, data)
+    for keep in (False, True):
+        fast = _fast_bucket(data, keep)
+        assert fast is None or fast == checked
+        got = _decode(lambda d, keep=keep: bucket_from_json(d, keep_json=keep), data)
+        assert got == checked
+        if not isinstance(got, tuple):  # decoded: its JSON is the checked bucket's, as values
+            assert json.loads(json.dumps(bucket_to_json(got))) == json.loads(
+                json.dumps(bucket_to_json(checked))
+            )
+
+
+def test_the_fast_path_takes_what_bucket_to_json_writes() -> None:
+    from gpuops.core.history import _fast_bucket
+
+    data = json.loads(json.dumps(history_to_json(_history())))
+    for n, b in enumerate(_history().buckets):
+        assert _fast_bucket(data["buckets"][n], False) == b
+
+
+def test_a_kept_bucket_gives_its_json_back_and_builds_gpus_when_asked() -> None:
+    from gpuops.core.history import bucket_from_json, bucket_to_json
+
+    data = _bucket_json()
+    kept = bucket_from_json(data, keep_json=True)
+    assert bucket_to_json(kept) is data
+    assert "gpus" not in vars(kept)  # not built yet: a node sends `data`
+    expected = _history().buckets[0]
+    assert kept == expected and hash(kept) == hash(expected) and repr(kept) == repr(expected)
+    assert kept.gpus[0].users[1].user == "bob"
+    # Not in bucket_to_json's exact form (an int for a float): decoded field by field, not kept.
+    data["gpus"][0]["seconds"] = 3600
+    loose = bucket_from_json(data, keep_json=True)
+    assert loose.gpus[0].seconds == 3600.0 and bucket_to_json(loose) is not data
+    with pytest.raises(AttributeError):
+        kept.nothing  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (
+            ("buckets", 0, "gpus", 0, "users", 0, "seconds"),
+            float("nan"),
+            "users[0].seconds: expected a finite",
+        ),
+        (("buckets", 0, "gpus", 0, "busy"), -0.5, "gpus[0].busy: expected a finite number >= 0"),
+        (("buckets", 0, "gpus", 0, "index"), 0.0, "gpus[0].index: expected a whole number"),
+        (("buckets", 0, "gpus", 1, "users", 0, "gpu_instance_id"), -1, "gpu_instance_id: expected a whole"),
+        (("buckets", 0, "gpus", 0, "users", 0, "memory_max"), 2**63, "users[0].memory_max: expected a whole"),
+        (("buckets", 0, "gpus", 0, "users", 0, "tenant_source"), None, "tenant_source: expected a string"),
+        (("buckets", 0, "gpus", 0, "users", 0, "extra"), 1, "users[0]: unknown key 'extra'"),
+        (("buckets", 0, "gpus", 0, "users", 0, "user"), _DELETE, "users[0]: missing 'user'"),
+        (("buckets", 0, "start"), 2e11, "History.buckets[0].start: not a time"),
+        (("buckets", 0, "span"), 60, "History.buckets[0].span: 60 in a history of hour buckets"),
+    ],
+)
+def test_more_malformed_fields_are_located(path: tuple[Any, ...], value: Any, message: str) -> None:
+    data = _mutate(history_to_json(_history()), path, value)
+    with pytest.raises(ValueError) as info:
+        history_from_json(data)
+    assert message in str(info.value)
