@@ -1,0 +1,59 @@
+"""A launch-bound loop for the overhead test (run by tests/gpu/torchlab.py).
+
+    python torch_launch.py ITERATIONS REPEATS
+
+Adds 1 to a one-element tensor ITERATIONS times per repeat (each add is one tiny kernel: the
+loop's speed is the speed of launching), waiting for the GPU at the end of each repeat, and
+prints 'RESULT {json}' with the time per iteration of each repeat. Torch and the standard
+library only.
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+WARMUP = 2000
+
+
+def limiter_loaded() -> bool:
+    with open("/proc/self/maps") as maps:
+        return "libgpuops-limiter" in maps.read()
+
+
+def main() -> int:
+    iterations, repeats = int(sys.argv[1]), int(sys.argv[2])
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    x = torch.zeros(1, device=device, dtype=torch.float32)
+    for _ in range(WARMUP):
+        x.add_(1.0)
+    torch.cuda.synchronize()
+    per_iteration = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(iterations):
+            x.add_(1.0)
+        torch.cuda.synchronize()
+        per_iteration.append((time.perf_counter() - start) / iterations)
+    expected = WARMUP + iterations * repeats  # exact in float32 below 2**24
+    out = {
+        "pid": os.getpid(),
+        "limiter_loaded": limiter_loaded(),
+        "iterations": iterations,
+        "repeats": repeats,
+        "us": [t * 1e6 for t in per_iteration],
+        "median_us": statistics.median(per_iteration) * 1e6,
+        "min_us": min(per_iteration) * 1e6,
+        "value_ok": float(x.item()) == float(expected),
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""PyTorch under the limiter on a real GPU: the acceptance of the limiter.
+
+- memory: torch.cuda.mem_get_info() shows the cap, allocating past it raises an out-of-memory
+  error, and the program survives (with PyTorch's default allocator and with expandable
+  segments, which allocate through cuMemCreate);
+- compute: two processes doing matmul loops as fixed-share tenants at 30% and 70% reach a
+  throughput ratio within 5% of 30:70 (relative);
+- overhead: a launch-bound loop is at most 3% slower under the limiter.
+
+Each worker (tests/gpu/programs/) is a real process with the built library in LD_PRELOAD, a
+private limiter directory and a tenant table written by gpuops.node.limiter.write_table; the
+measurements live in tests/gpu/torchlab.py, shared with bench/limiter_gpu.py. The figures are
+also written as JSON under $GPUOPS_GPU_RESULTS (default <tmp>/gpuops-gpu-results). About 3
+minutes on an H100. Skipped without a GPU (conftest.py), and without a CUDA build of PyTorch
+(which this suite never installs: docs/limiter.md, 'Running the GPU acceptance').
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.gpu import torchlab
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="session")
+def torch_python() -> torchlab.TorchPython:
+    try:
+        found = torchlab.find_torch_python()
+    except torchlab.Unavailable as exc:
+        pytest.skip(str(exc))
+    torchlab.write_result(
+        "environment",
+        {"gpu": torchlab.gpu_info(), "python": found.path, "torch": found.torch, "cuda": found.cuda},
+    )
+    return found
+
+
+@pytest.fixture(scope="session")
+def library() -> Path:
+    return torchlab.build_library()
+
+
+@pytest.fixture
+def node(tmp_path: Path, torch_python: torchlab.TorchPython, library: Path) -> Iterator[torchlab.Node]:
+    node = torchlab.Node(tmp_path, torch_python.path, library)
+    yield node
+    node.close()
+
+
+@pytest.mark.parametrize("alloc_conf", [None, "expandable_segments:True"], ids=["default", "expandable"])
+def test_pytorch_sees_and_hits_the_memory_cap(node: torchlab.Node, alloc_conf: str | None) -> None:
+    figures = torchlab.measure_memory(node, torchlab.memory_cap(), alloc_conf)
+    torchlab.write_result("memory-" + ("expandable" if alloc_conf else "default"), figures)
+    problems = torchlab.memory_problems(figures)
+    assert not problems, torchlab.report(problems, figures)
+
+
+def test_fixed_share_30_70_matmul_throughput(node: torchlab.Node) -> None:
+    figures = torchlab.measure_shares(node)
+    torchlab.write_result("shares", figures)
+    problems = torchlab.share_problems(figures)
+    assert not problems, torchlab.report(problems, figures)
+
+
+def test_launch_bound_overhead(node: torchlab.Node) -> None:
+    figures = torchlab.measure_overhead(node)
+    torchlab.write_result("overhead", figures)
+    problems = torchlab.overhead_problems(figures)
+    assert not problems, torchlab.report(problems, figures)

@@ -1,0 +1,539 @@
+"""PyTorch under the limiter on a real GPU: the measurements of the acceptance suite
+(tests/gpu/test_limiter_torch.py), shared with bench/limiter_gpu.py.
+
+The worker programs (tests/gpu/programs/*.py) run as real processes, with
+native/build/libgpuops-limiter.so in LD_PRELOAD, a private limiter directory and a tenant table
+written by gpuops.node.limiter.write_table. They need only torch, so they run under whichever
+Python has it (find_torch_python); this module needs only the standard library and gpuops.
+
+Each measure_* returns a dict of figures (JSON-ready); the matching *_problems lists the
+acceptance checks it fails, each as a sentence with the figures, so the tests and the bench
+judge alike.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+from gpuops.node import limiter
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+NATIVE = ROOT / "native"
+LIB = NATIVE / "build" / "libgpuops-limiter.so"
+MIB = 1 << 20
+GIB = 1 << 30
+
+# The acceptance (issue text): the cap is what PyTorch sees and enforces; fixed shares 30/70
+# give a throughput ratio within 5% of 30:70 (relative: 0.4286 +- 0.0214); a launch-bound loop
+# is at most 3% slower under the limiter.
+SHARES = (30, 70)
+RATIO_TOLERANCE = 0.05
+OVERHEAD_MAX = 0.03
+MEMORY_CHUNK = 256 * MIB
+
+_CLEAN_PREFIXES = ("GPUOPS_", "CUDA_DEVICE_", "LD_PRELOAD", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
+class Unavailable(Exception):
+    """The GPU side cannot run on this machine; the message says why."""
+
+
+class WorkerError(AssertionError):
+    """A worker program failed; the message holds its output and the limiter's log."""
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+def has_gpu() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def gpu_info() -> dict[str, Any]:
+    """The first GPU as nvidia-smi names it: name, driver, memory, UUID."""
+    out = subprocess.run(
+        [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,memory.total,uuid",
+            "--format=csv,noheader,nounits",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    name, driver, memory, uuid = (f.strip() for f in out.strip().splitlines()[0].split(","))
+    return {"name": name, "driver": driver, "memory_mib": int(float(memory)), "uuid": uuid}
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without limiter, HAMi or allocator settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_CLEAN_PREFIXES)}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def build_library() -> Path:
+    """make -C native (one make at a time, as tests/native does); the library's path."""
+    LIB.parent.mkdir(parents=True, exist_ok=True)
+    with open(LIB.parent / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(["make", "-s", "-C", str(NATIVE)], check=True)
+    return LIB
+
+
+@dataclass(frozen=True)
+class TorchPython:
+    path: str
+    torch: str
+    cuda: Optional[str]
+    device: str
+
+
+_PROBE = (
+    "import json, torch\n"
+    "ok = torch.cuda.is_available()\n"
+    "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'available': ok,"
+    " 'device': torch.cuda.get_device_name(0) if ok else None}))\n"
+)
+
+
+def find_torch_python() -> TorchPython:
+    """A Python whose torch sees the GPU: $GPUOPS_TORCH_PYTHON when set, else this Python, else
+    python3 on PATH (on the lent GPU machines, python3 is the one with PyTorch). Installs
+    nothing; Unavailable says what was tried."""
+    explicit = os.environ.get("GPUOPS_TORCH_PYTHON")
+    candidates = [explicit] if explicit else [sys.executable, shutil.which("python3")]
+    tried = []
+    seen = set()
+    for candidate in candidates:
+        if not candidate:
+            continue
+        # Not realpath: a venv's python links to the same binary as the python3 it was made from.
+        path = os.path.abspath(shutil.which(candidate) or candidate)
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            p = subprocess.run(
+                [path, "-c", _PROBE], env=clean_env(), capture_output=True, text=True, timeout=300
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            tried.append(f"{path}: {exc}")
+            continue
+        if p.returncode != 0:
+            last = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+            tried.append(f"{path}: {last}")
+            continue
+        info = json.loads(p.stdout.strip().splitlines()[-1])
+        if not info["available"]:
+            tried.append(f"{path}: torch {info['torch']} sees no CUDA GPU (CUDA build {info['cuda']})")
+            continue
+        return TorchPython(path, info["torch"], info["cuda"], info["device"])
+    raise Unavailable(
+        "no Python with a CUDA build of PyTorch (" + "; ".join(tried) + "). Install torch into the venv "
+        "or set GPUOPS_TORCH_PYTHON: docs/limiter.md, 'Running the GPU acceptance'"
+    )
+
+
+def results_dir() -> Path:
+    """Where the figures go as JSON: $GPUOPS_GPU_RESULTS, default <tmp>/gpuops-gpu-results."""
+    path = Path(os.environ.get("GPUOPS_GPU_RESULTS") or Path(tempfile.gettempdir()) / "gpuops-gpu-results")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_result(name: str, figures: dict[str, Any]) -> Path:
+    path = results_dir() / f"{name}.json"
+    path.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def read_result(directory: Path, name: str) -> Optional[dict[str, Any]]:
+    path = Path(directory) / f"{name}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+# --------------------------------------------------------------------------- processes
+
+
+class Worker:
+    """One worker program: its stdout read line by line by a thread, its stderr in a file."""
+
+    def __init__(self, node: Node, name: str, stem: str, cmd: list[str], env: dict[str, str]) -> None:
+        self.node = node
+        self.name = name
+        self.stderr_path = node.root / f"{stem}.{len(node.workers)}.stderr"
+        with open(self.stderr_path, "w") as err:
+            self.proc = subprocess.Popen(
+                cmd,
+                env=env,
+                cwd=node.root,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        self.lines: queue.Queue[Optional[str]] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def expect(self, prefix: str, timeout: float) -> str:
+        """The first line starting with prefix; fails on timeout or exit."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                self.fail(f"printed no {prefix.strip()!r} line within {timeout:.0f} s")
+            if line is None:
+                self.fail(f"ended (exit {self.proc.wait()}) before printing {prefix.strip()!r}")
+            self.seen.append(line)
+            if line.startswith(prefix):
+                return line
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def result(self, timeout: float) -> dict[str, Any]:
+        line = self.expect("RESULT ", timeout)
+        try:
+            code = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.fail("did not exit within 60 s of its result")
+        if code != 0:
+            self.fail(f"exited {code} after its result")
+        figures: dict[str, Any] = json.loads(line[len("RESULT ") :])
+        return figures
+
+    def fail(self, what: str) -> NoReturn:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        stderr = _tail(self.stderr_path.read_text(errors="replace"), 30)
+        raise WorkerError(
+            f"{self.name} (pid {self.proc.pid}) {what}\n--- stdout:\n{_tail(chr(10).join(self.seen), 15)}"
+            f"\n--- stderr:\n{stderr}\n--- limiter log:\n{self.node.log_tail()}"
+        )
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdin:
+            self.proc.stdin.close()
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:]) or "(nothing)"
+
+
+class Node:
+    """A private limiter directory (tenant table, regions, log) and the workers run against it."""
+
+    def __init__(self, root: Path, python: str, lib: Path = LIB) -> None:
+        self.root = Path(root)
+        self.dir = self.root / "limiter"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.log = self.root / "limiter.log"
+        self.python = python
+        self.lib = lib
+        self.workers: list[Worker] = []
+
+    def tenants(self, *specs: limiter.TenantSpec) -> None:
+        limiter.write_table(self.dir, specs)
+
+    def start(
+        self, program: str, *args: object, tenant: Optional[str], env: Optional[dict[str, str]] = None
+    ) -> Worker:
+        """program (a file in tests/gpu/programs) under the limiter as tenant, or without the
+        limiter when tenant is None."""
+        extra = dict(env or {})
+        if tenant is not None:
+            extra.update(
+                LD_PRELOAD=str(self.lib),
+                GPUOPS_TENANT=tenant,
+                GPUOPS_LIMITER_DIR=str(self.dir),
+                GPUOPS_LOG_FILE=str(self.log),
+            )
+        cmd = [self.python, str(PROGRAMS / program), *(str(a) for a in args)]
+        stem = f"{Path(program).stem}-{tenant or 'nolimiter'}"
+        name = f"{Path(program).stem} [{tenant or 'no limiter'}]"
+        worker = Worker(self, name, stem, cmd, clean_env(**extra))
+        self.workers.append(worker)
+        return worker
+
+    def run(
+        self,
+        program: str,
+        *args: object,
+        tenant: Optional[str],
+        timeout: float,
+        env: Optional[dict[str, str]] = None,
+    ) -> dict[str, Any]:
+        return self.start(program, *args, tenant=tenant, env=env).result(timeout)
+
+    def snapshot(self) -> Optional[limiter.RegionSnapshot]:
+        """The (first) GPU's region, or None if no process has registered."""
+        paths = limiter.region_paths(self.dir)
+        return limiter.read_region(paths[0]) if paths else None
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return _tail(self.log.read_text(errors="replace"), lines)
+        except FileNotFoundError:
+            return "(no log)"
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+
+
+def _sleep_until(t: float) -> None:
+    delay = t - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def memory_cap() -> int:
+    """4 GiB, or a quarter of a smaller GPU, in whole chunks."""
+    gpu = gpu_info()["memory_mib"] * MIB
+    return max(2 * MEMORY_CHUNK, min(4 * GIB, gpu // 4) // MEMORY_CHUNK * MEMORY_CHUNK)
+
+
+def measure_memory(
+    node: Node, cap: int, alloc_conf: Optional[str] = None, chunk: int = MEMORY_CHUNK
+) -> dict[str, Any]:
+    """torch_memory.py as a tenant capped at cap; alloc_conf for PYTORCH_CUDA_ALLOC_CONF
+    ('expandable_segments:True' makes PyTorch allocate with cuMemCreate)."""
+    tenant = "mem-expandable" if alloc_conf else "mem"
+    node.tenants(limiter.TenantSpec(tenant, memory=cap))
+    env = {"PYTORCH_CUDA_ALLOC_CONF": alloc_conf} if alloc_conf else {}
+    figures = node.run("torch_memory.py", cap, chunk, tenant=tenant, timeout=240, env=env)
+    figures.update(tenant=tenant, cap=cap, chunk=chunk, alloc_conf=alloc_conf or "default")
+    snap = node.snapshot()
+    usage = snap.tenant(tenant) if snap else None
+    figures["region_memory_limit"] = usage.memory_limit if usage else None
+    return figures
+
+
+def memory_problems(r: dict[str, Any]) -> list[str]:
+    cap, chunk = r["cap"], r["chunk"]
+    gib = f"{cap / GIB:g} GiB"
+    problems = []
+    if not r["limiter_loaded"]:
+        problems.append("the limiter library was not loaded in the worker (LD_PRELOAD had no effect)")
+    if r["total"] != cap:
+        problems.append(f"mem_get_info total is {r['total']} bytes, not the cap {cap} ({gib})")
+    if not cap - chunk <= r["free_before"] <= cap:
+        problems.append(f"mem_get_info free is {r['free_before']} before any allocation, not about {cap}")
+    if not r["single_oom"]:
+        problems.append(f"one allocation of {(cap + chunk) / GIB:g} GiB past the {gib} cap succeeded")
+    if not r["fill_oom"]:
+        problems.append(f"{r['held_bytes'] / GIB:g} GiB allocated in chunks without an out-of-memory error")
+    elif not cap - 2 * chunk <= r["reserved_at_oom"] <= cap:
+        problems.append(
+            f"out of memory with {r['reserved_at_oom'] / GIB:.2f} GiB reserved by PyTorch: "
+            f"expected between {(cap - 2 * chunk) / GIB:g} and {gib}"
+        )
+    if r["free_at_oom"] >= chunk:
+        problems.append(
+            f"at the out-of-memory error mem_get_info still reports {r['free_at_oom'] / MIB:.0f} MiB "
+            f"free, at least the {chunk / MIB:.0f} MiB refused"
+        )
+    if not (r["after_sum_ok"] and r["after_matmul_ok"]):
+        problems.append(
+            f"after the error, half the cap could not be used again (sum {r['after_sum_ok']}, "
+            f"matmul {r['after_matmul_ok']})"
+        )
+    return problems
+
+
+# --------------------------------------------------------------------------- compute shares
+
+
+def _timed_run(workers: list[Worker], seconds: float, lead: float, tail: float) -> tuple[float, float]:
+    """Starts the workers' timed loops together: measured from lead s from now for seconds s,
+    loops running tail s longer so that all compete throughout."""
+    t0 = time.monotonic() + lead
+    t1 = t0 + seconds
+    for worker in workers:
+        worker.send(f"go {t0:.6f} {t1:.6f} {t1 + tail:.6f}")
+    return t0, t1
+
+
+def measure_shares(
+    node: Node,
+    seconds: float = 10.0,
+    size: int = 4096,
+    batch: int = 20,
+    solo_seconds: float = 4.0,
+) -> dict[str, Any]:
+    """Two matmul loops as fixed-share tenants at SHARES, measured over the same window; before
+    them one loop alone without the limiter, for the GPU's full rate."""
+    lead, tail, ready = 2.0, 1.0, 240.0
+    solo = node.start("torch_matmul.py", size, batch, tenant=None)
+    solo.expect("ready", ready)
+    _timed_run([solo], solo_seconds, lead, tail)
+    alone = solo.result(solo_seconds + lead + tail + 120)
+
+    names = [f"share{s}" for s in SHARES]
+    node.tenants(
+        *(limiter.TenantSpec(n, compute=s, policy="fixed-share") for n, s in zip(names, SHARES, strict=True))
+    )
+    workers = [node.start("torch_matmul.py", size, batch, tenant=n) for n in names]
+    for worker in workers:
+        worker.expect("ready", ready)
+    t0, t1 = _timed_run(workers, seconds, lead, tail)
+    _sleep_until(t0)
+    before = node.snapshot()
+    _sleep_until(t1)
+    after = node.snapshot()
+    runs = [w.result(seconds + lead + tail + 120) for w in workers]
+
+    rates = [r["matmuls_per_s"] for r in runs]
+    ratio = rates[0] / rates[1] if rates[1] else float("inf")
+    expected = SHARES[0] / SHARES[1]
+    view = limiter.gpu_shares(before, after) if before and after else {}
+    return {
+        "policy": "fixed-share",
+        "shares": list(SHARES),
+        "size": size,
+        "dtype": alone["dtype"],
+        "batch": batch,
+        "window_s": seconds,
+        "solo_matmuls_per_s": alone["matmuls_per_s"],
+        "solo_tflops": alone["tflops"],
+        "matmuls_per_s": rates,
+        "tflops": [r["tflops"] for r in runs],
+        "limiter_loaded": [r["limiter_loaded"] for r in runs],
+        "finite": [r["finite"] for r in runs] + [alone["finite"]],
+        "ratio": ratio,
+        "expected_ratio": expected,
+        "ratio_error": ratio / expected - 1,
+        "split": [x / sum(rates) if sum(rates) else 0.0 for x in rates],
+        "of_solo": [x / alone["matmuls_per_s"] for x in rates],
+        "limiter_view": [view.get(n) for n in names],
+    }
+
+
+def share_problems(r: dict[str, Any]) -> list[str]:
+    problems = []
+    if not all(r["limiter_loaded"]):
+        problems.append(f"the limiter library was not loaded in every worker: {r['limiter_loaded']}")
+    if not all(r["finite"]):
+        problems.append("a matmul loop produced non-finite results")
+    if abs(r["ratio_error"]) > RATIO_TOLERANCE:
+        a, b = r["shares"]
+        low, high = r["expected_ratio"] * (1 - RATIO_TOLERANCE), r["expected_ratio"] * (1 + RATIO_TOLERANCE)
+        view = ", ".join("n/a" if v is None else _pct(v) for v in r["limiter_view"])
+        problems.append(
+            f"fixed share {a}/{b}: {r['matmuls_per_s'][0]:.1f} against {r['matmuls_per_s'][1]:.1f} "
+            f"matmul/s over {r['window_s']:g} s, ratio {r['ratio']:.4f}, {r['ratio_error']:+.1%} off "
+            f"{r['expected_ratio']:.4f} (allowed {low:.4f}..{high:.4f}); split "
+            f"{_pct(r['split'][0])}/{_pct(r['split'][1])}; of the solo rate "
+            f"{r['solo_matmuls_per_s']:.1f}/s: {_pct(r['of_solo'][0])}/{_pct(r['of_solo'][1])}; "
+            f"the limiter's own view: {view}"
+        )
+    return problems
+
+
+# --------------------------------------------------------------------------- overhead
+
+OVERHEAD_CONFIGS = (
+    ("no limiter", None, None),
+    ("best-effort", "lat-be", limiter.TenantSpec("lat-be", memory=4 * GIB, policy="best-effort")),
+    (
+        "burst-share 50%",
+        "lat-burst",
+        limiter.TenantSpec("lat-burst", memory=4 * GIB, compute=50, policy="burst-share"),
+    ),
+)
+
+
+def measure_overhead(
+    node: Node, iterations: int = 20000, repeats: int = 10, rounds: int = 3
+) -> dict[str, Any]:
+    """torch_launch.py without the limiter and as each tenant of OVERHEAD_CONFIGS, in rounds
+    (the order turning each round); per process the median time per iteration, per
+    configuration the best process."""
+    node.tenants(*(spec for _, _, spec in OVERHEAD_CONFIGS if spec))
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in OVERHEAD_CONFIGS}
+    for turn in range(rounds):
+        k = turn % len(OVERHEAD_CONFIGS)
+        for name, tenant, _ in OVERHEAD_CONFIGS[k:] + OVERHEAD_CONFIGS[:k]:
+            r = node.run("torch_launch.py", iterations, repeats, tenant=tenant, timeout=240)
+            runs[name].append(r)
+    base = min(r["median_us"] for r in runs["no limiter"])
+    configs = {}
+    for name, tenant, _ in OVERHEAD_CONFIGS:
+        best = min(r["median_us"] for r in runs[name])
+        configs[name] = {
+            "tenant": tenant,
+            "median_us": [r["median_us"] for r in runs[name]],
+            "best_us": best,
+            "overhead": best / base - 1,
+            "limiter_loaded": [r["limiter_loaded"] for r in runs[name]],
+            "value_ok": all(r["value_ok"] for r in runs[name]),
+        }
+    return {"iterations": iterations, "repeats": repeats, "rounds": rounds, "configs": configs}
+
+
+def overhead_problems(r: dict[str, Any]) -> list[str]:
+    problems = []
+    base = r["configs"]["no limiter"]
+    for name, c in r["configs"].items():
+        if not c["value_ok"]:
+            problems.append(f"{name}: the loop's result is wrong")
+        if c["tenant"] is None:
+            if any(c["limiter_loaded"]):
+                problems.append("the limiter was loaded in a run meant to be without it")
+            continue
+        if not all(c["limiter_loaded"]):
+            problems.append(f"{name}: the limiter library was not loaded in every run")
+        if c["overhead"] > OVERHEAD_MAX:
+            problems.append(
+                f"{name}: a launch-bound loop takes {c['best_us']:.3f} us per iteration under the limiter "
+                f"against {base['best_us']:.3f} us without, {c['overhead']:+.1%} (allowed "
+                f"{OVERHEAD_MAX:.0%}); medians per process {c['median_us']} against {base['median_us']}"
+            )
+    return problems
+
+
+def report(problems: list[str], figures: dict[str, Any]) -> str:
+    """An assertion message: the failed checks, then every figure."""
+    return "\n".join(problems) + "\nfigures: " + json.dumps(figures, sort_keys=True)
