@@ -32,8 +32,9 @@ from functools import partial
 
 from gpuops.core.model import Node, NodeSample
 from gpuops.fleet.agent_client import AgentClient, AgentError, Hello
-from gpuops.fleet.remote_agent import AgentLaunch, start_agent
-from gpuops.fleet.ssh import SshError, SshTarget, connect
+from gpuops.fleet.remote_agent import AgentLaunch
+from gpuops.fleet.session import agent_connection
+from gpuops.fleet.ssh import SshError, SshTarget
 
 CONNECTING, LIVE, STALE, UNREACHABLE = "connecting", "live", "stale", "unreachable"
 
@@ -250,39 +251,23 @@ class Collector:
 
     async def _session(self, record: _NodeRecord) -> bool:
         """One connection's life; returns whether any data came. Raises why it ended."""
-        target = record.target
         self._starting += 1
         starting = True
         try:
-            conn = await connect(target.ssh, self._handshakes)
-            got_data = False
-            try:
-                client, channel = await start_agent(conn, target.launch, target.name)
-                try:
-                    hello = client.hello
-                    if hello is not None and hello.backend_error:
-                        raise AgentError("backend_unavailable", hello.backend_error)
-                    inventory = await asyncio.wait_for(client.inventory(), self.silence_limit)
-                    self._update(record, hello=hello, inventory=inventory)
-                    self._starting -= 1
-                    starting = False
-                    # While the stream flows, the watchdog notices a silent node within
-                    # `silence_limit`; SSH keepalives (3 missed at 15 s) would notice later, and
-                    # cost a timer cancelled and started again for every packet.
-                    conn.set_keepalive(0)
-                    await self._follow(record, client)
-                    got_data = True
-                finally:
-                    await client.close()
-                    channel.close()
-            finally:
-                conn.close()
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(conn.wait_closed(), 2)
+            async with agent_connection(record.target, self._handshakes) as (conn, client):
+                inventory = await asyncio.wait_for(client.inventory(), self.silence_limit)
+                self._update(record, hello=client.hello, inventory=inventory)
+                self._starting -= 1
+                starting = False
+                # While the stream flows, the watchdog notices a silent node within
+                # `silence_limit`; SSH keepalives (3 missed at 15 s) would notice later, and
+                # cost a timer cancelled and started again for every packet.
+                conn.set_keepalive(0)
+                await self._follow(record, client)
+                return True
         finally:
             if starting:
                 self._starting -= 1
-        return got_data
 
     async def _follow(self, record: _NodeRecord, client: AgentClient) -> None:
         """Take samples as the agent pushes them, until the stream ends or falls silent.

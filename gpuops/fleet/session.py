@@ -1,26 +1,36 @@
-"""One-off agent sessions for commands that ask a node something and then go (plan, apply,
-assert, export), as opposed to the collector's long-lived streams."""
+"""Agent sessions on a node: connect, start the agent, greet it, close.
+
+`node_agent` is for commands that ask a node something and then go (plan, apply, assert,
+export); the collector's long-lived streams use `agent_connection`, which also hands over the
+SSH connection (the collector turns its keepalives off while a stream flows).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import asyncssh
 
 from gpuops.fleet.agent_client import AgentClient, AgentError
-from gpuops.fleet.collector import NodeTarget
 from gpuops.fleet.remote_agent import start_agent
 from gpuops.fleet.ssh import connect
+
+if TYPE_CHECKING:  # the collector imports this module: NodeTarget only for the annotations
+    from gpuops.fleet.collector import NodeTarget
 
 CLOSE_TIMEOUT = 2.0
 
 
 @contextlib.asynccontextmanager
-async def node_agent(
+async def agent_connection(
     target: NodeTarget, handshakes: asyncio.Semaphore | None = None
-) -> AsyncIterator[AgentClient]:
-    """Connect, start the node's agent and yield it greeted; raises SshError or AgentError
-    (backend_unavailable when the agent runs but cannot reach the GPUs)."""
+) -> AsyncIterator[tuple[asyncssh.SSHClientConnection, AgentClient]]:
+    """Connect, start the node's agent and yield the connection and the greeted agent; raises
+    SshError or AgentError (backend_unavailable when the agent runs but cannot reach the GPUs).
+    The agent, its channel and the connection are closed on the way out, whatever happened."""
     conn = await connect(target.ssh, handshakes)
     try:
         client, channel = await start_agent(conn, target.launch, target.name)
@@ -28,7 +38,7 @@ async def node_agent(
             hello = client.hello
             if hello is not None and hello.backend_error:
                 raise AgentError("backend_unavailable", hello.backend_error)
-            yield client
+            yield conn, client
         finally:
             await client.close()
             channel.close()
@@ -36,3 +46,12 @@ async def node_agent(
         conn.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(conn.wait_closed(), CLOSE_TIMEOUT)
+
+
+@contextlib.asynccontextmanager
+async def node_agent(
+    target: NodeTarget, handshakes: asyncio.Semaphore | None = None
+) -> AsyncIterator[AgentClient]:
+    """The node's greeted agent (see `agent_connection`), for a one-off session."""
+    async with agent_connection(target, handshakes) as (_, client):
+        yield client
