@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import typer
@@ -15,15 +17,24 @@ from gpuops.cli.errors import fail
 from gpuops.core.codec import to_json
 from gpuops.core.mig.catalog import find_model
 from gpuops.core.model import Gpu, Node, NodeSample
-from gpuops.fleet.agent_client import AgentError
+from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.fleet.local import local_agent
 
 
-async def _collect(backend: str, sim_spec: str | None) -> tuple[Node, NodeSample]:
+@asynccontextmanager
+async def local_client(backend: str, sim_spec: str | None = None) -> AsyncIterator[AgentClient]:
+    """This host's agent, greeted, with a backend that works (`discover --local`, `export`
+    without -f); raises AgentError (backend_unavailable: it runs but cannot reach the GPUs) or
+    OSError (it did not start)."""
     async with local_agent(backend, sim_spec) as client:
         assert client.hello is not None
         if client.hello.backend_error:
             raise AgentError("backend_unavailable", client.hello.backend_error)
+        yield client
+
+
+async def _collect(backend: str, sim_spec: str | None) -> tuple[Node, NodeSample]:
+    async with local_client(backend, sim_spec) as client:
         node = await client.inventory()
         sample = await client.sample()
         return node, sample

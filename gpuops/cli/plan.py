@@ -34,6 +34,7 @@ from gpuops.spec import Fleet
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 DEFAULT_PARALLEL = 10
+LOCALHOST = "localhost"  # the local node's name until its agent says its hostname
 
 _out = Console(highlight=False, soft_wrap=True)
 
@@ -289,21 +290,21 @@ def export_command(
 
 
 async def _local_live(backend: str) -> NodeLive:
+    from dataclasses import replace
+
+    from gpuops.cli.discover import local_client
     from gpuops.fleet.agent_client import AgentError
-    from gpuops.fleet.local import local_agent
     from gpuops.plan.live import read_node
 
     try:
-        async with local_agent(backend) as client:
-            assert client.hello is not None
-            if client.hello.backend_error:
-                return NodeLive("localhost", error=client.hello.backend_error)
-            node = await client.inventory()
-            return await read_node(client, node.hostname)
+        async with local_client(backend) as client:
+            live = await read_node(client, LOCALHOST)
     except AgentError as exc:
-        return NodeLive("localhost", error=exc.message)
+        return NodeLive(LOCALHOST, error=exc.message)
     except OSError as exc:
-        return NodeLive("localhost", error=f"cannot start the local agent: {exc}")
+        return NodeLive(LOCALHOST, error=f"cannot start the local agent: {exc}")
+    # read_node has taken the inventory: the entries are written for the host's own name
+    return replace(live, name=live.node.hostname) if live.node is not None else live
 
 
 def register(app: typer.Typer) -> None:

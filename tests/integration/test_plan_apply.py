@@ -19,7 +19,9 @@ from gpuops.node.state import NodeState
 pytestmark = pytest.mark.timeout(300)
 
 
-def gpuops(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def gpuops(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """The gpuops command, as a user runs it (no terminal: confirmation needs --yes)."""
     return subprocess.run(
         [sys.executable, "-m", "gpuops", *args],
@@ -27,7 +29,13 @@ def gpuops(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "TERM": "dumb"},
+        env={
+            "COLUMNS": "200",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(Path.home()),
+            "TERM": "dumb",
+            **(env or {}),
+        },
     )
 
 
@@ -201,6 +209,19 @@ def test_export_writes_what_assert_accepts(fleet: Launched) -> None:
     assert "select: {nodes: sim-robotics-01, gpus: 0-3}" in text
     assert gpuops("validate", str(exported)).returncode == 0
     assert gpuops("assert", str(exported)).returncode == 0
+
+
+def test_export_without_a_fleet_reads_this_host() -> None:
+    """Without -f, this host's agent: its entries are named by the hostname the agent reports
+    (the simulated node's), and a backend that cannot reach the GPUs is one note and exit 1."""
+    result = gpuops("export", "--backend", "sim")
+    assert result.returncode == 0, result.stderr
+    assert "select: {nodes: gpu-demo-01, gpus: '6'}" in result.stdout
+    assert "placements: [1g.10gb@0, 1g.10gb@1, 2g.20gb@2, 3g.40gb@4]" in result.stdout
+    failed = gpuops("export", env={"GPUOPS_NVML_LIBRARY": "/nonexistent/libnvidia-ml.so.1"})
+    assert failed.returncode == 1 and failed.stdout == "carve: []\n"
+    assert failed.stderr.startswith("note: localhost: not exported (NVML is unavailable")
+    assert "Traceback" not in failed.stderr
 
 
 def test_bad_inputs_are_one_line_errors(fleet: Launched, tmp_path: Path) -> None:
