@@ -56,9 +56,9 @@ def _nodes_for(gpus: int) -> int:
 
 
 async def _measure(gpus: int, updates: int) -> dict[str, Any]:
+    from gpuops.fleet.simsource import SimSource
     from gpuops.tui.app import GpuopsApp
     from gpuops.tui.feed import Feed
-    from gpuops.tui.simsource import SimSource
 
     clock = [EPOCH]
     source = SimSource.scenario("large", _nodes_for(gpus), epoch=EPOCH - 86400, clock=lambda: clock[0])

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from gpuops.fleet.simsource import SimSource
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.feed import Feed
-from gpuops.tui.simsource import SimSource
 
 EPOCH = 1772409600.0  # 2026-03-02 00:00 UTC
 NOON = EPOCH + 14 * 3600

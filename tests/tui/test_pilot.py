@@ -12,6 +12,7 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from gpuops.fleet.collector import LIVE, UNREACHABLE
+from gpuops.fleet.simsource import SimSource
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.grid import FleetGrid, draw_line
 from gpuops.tui.keys import GLOBAL_KEYS
@@ -21,7 +22,6 @@ from gpuops.tui.screens.fleet import FleetScreen
 from gpuops.tui.screens.help import HelpScreen
 from gpuops.tui.screens.nodes import NodesScreen
 from gpuops.tui.screens.tenants import TenantsScreen
-from gpuops.tui.simsource import SimSource
 from gpuops.tui.table import LiveTable
 from gpuops.tui.widgets import PromptBar, StatusBar, TopBar
 from tests.tui.conftest import AppFactory, Clock

@@ -417,7 +417,7 @@ def test_quitting_while_an_apply_runs_waits_for_its_result(sim: Launched, tmp_pa
 
 
 def test_help_lists_the_pool_keys_and_a_local_view_has_no_pool() -> None:
-    from gpuops.tui.simsource import SimSource
+    from gpuops.fleet.simsource import SimSource
 
     source = SimSource.scenario("silos", 3, label="in-process")
     source.sample()

@@ -6,6 +6,7 @@ import pytest
 
 from gpuops.core.model import GpuProcess
 from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, FleetEvent
+from gpuops.fleet.simsource import SimSource
 from gpuops.fleet.views import (
     BY_NODE,
     BY_TEAM,
@@ -29,7 +30,6 @@ from gpuops.fleet.views import (
 )
 from gpuops.tui import render
 from gpuops.tui.feed import Feed
-from gpuops.tui.simsource import SimSource
 from tests.tui.conftest import Clock
 
 
