@@ -257,6 +257,33 @@ def test_openssh_client_speaks_to_the_agent(silos: Launched) -> None:
 
 
 @needs_ssh
+def test_the_real_agents_directory_options_start_the_agent(silos: Launched, tmp_path: Path) -> None:
+    """A command line written for a real node (state, limiter, MPS control and history given)
+    starts the agent; the node's directories stay the fleet's."""
+    elsewhere = tmp_path / "elsewhere"
+    requests = "".join(
+        json.dumps({"v": 1, "id": n, "op": op, "args": {}}) + "\n" for n, op in ((1, "hello"), (2, "config"))
+    )
+    result = _ssh(
+        silos.dir,
+        _port(silos.dir, 1),
+        "gpuops", "agent", "--stdio", "--backend", "sim",
+        "--state-dir", str(elsewhere / "state"),
+        f"--limiter-dir={elsewhere / 'limiter'}",
+        "--mps-control", "/usr/bin/nvidia-cuda-mps-control",
+        "--history-dir", str(elsewhere / "history"),
+        stdin=requests,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    replies = {r["id"]: r for r in map(json.loads, result.stdout.splitlines())}
+    hello = replies[1]["result"]
+    assert hello["hostname"] == silos.state["nodes"][1]["name"] and not hello["backend_error"]
+    assert replies[2]["ok"], replies[2]
+    assert not replies[2]["result"]["limiter"]["directory"].startswith(str(elsewhere))
+    assert not elsewhere.exists()
+
+
+@needs_ssh
 def test_another_backend_is_unavailable_not_a_crash(silos: Launched) -> None:
     request = json.dumps({"v": 1, "id": 1, "op": "hello", "args": {}}) + "\n"
     result = _ssh(silos.dir, _port(silos.dir), "gpuops agent --stdio --backend nvml", stdin=request)

@@ -14,10 +14,12 @@ What a simulated node accepts:
 - exec requests only, split with `shlex.split` and matched against two forms — never run by a
   shell:
   - `command -v gpuops` prints a path, exit 0 (`command -v OTHER`: exit 1, as sh does);
-  - `gpuops agent --stdio --backend sim [--sim-spec P] [--log-level L]`: the node agent for this
-    node's backend, run inline on the event loop (`--sim-spec` is accepted and ignored: a sim
-    node's spec is set by the fleet). Another backend gets an agent that says it is unavailable,
-    as a node without NVML would;
+  - `gpuops agent --stdio --backend sim [--sim-spec P] [--log-level L] [--state-dir D]
+    [--limiter-dir D] [--mps-control P] [--history-dir D]`: the node agent for this node's
+    backend, run inline on the event loop. `--sim-spec` and the directory options are accepted,
+    as the real command takes them, and ignored: a sim node's spec, state, limiter table, MPS
+    control and history are the fleet's. Another backend gets an agent that says it is
+    unavailable, as a node without NVML would;
   - anything else: `NAME: command not found` on stderr, exit 127;
 - refused: shells (sessions without a command), subsystems (SFTP), PTYs, port, agent and X11
   forwarding;
@@ -345,7 +347,17 @@ class SimFleetServer:
         return 0
 
 
-_AGENT_VALUE_OPTIONS = ("--backend", "--sim-spec", "--log-level")
+_AGENT_VALUE_OPTIONS = (
+    "--backend",
+    "--sim-spec",
+    "--log-level",
+    # Parsed so that a command line written for a real node starts here too; the node's
+    # directories and MPS control are the fleet's (see `_agent`), so the values are not used.
+    "--state-dir",
+    "--limiter-dir",
+    "--mps-control",
+    "--history-dir",
+)
 
 
 def _agent_options(args: list[str]) -> tuple[dict[str, str], str]:
