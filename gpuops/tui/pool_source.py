@@ -210,6 +210,11 @@ class Applied:
     def ok(self) -> bool:
         return all(r.ok for r in self.results)
 
+    @property
+    def changed(self) -> bool:
+        """Whether anything changed: fleet.yaml rewritten, or a node that did something."""
+        return self.backup is not None or any(r.status in (CHANGED, PARTIAL) or r.done for r in self.results)
+
 
 # ---- figures ----------------------------------------------------------------------------------------
 

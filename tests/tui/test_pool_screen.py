@@ -15,8 +15,9 @@ import asyncio
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import cast
 
 import pytest
 from rich.console import Console
@@ -24,8 +25,10 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from gpuops.cli.tui import fleet_source
+from gpuops.core.history import History
 from gpuops.fleet.simfleet import Launched, launch, stop
 from gpuops.fleet.targets import node_targets
+from gpuops.plan.apply import NodeResult
 from gpuops.plan.live import NodeLive, read_live
 from gpuops.spec import load_fleet, parse_fleet
 from gpuops.tenancy.accounting import Evidence, team_sides
@@ -34,6 +37,7 @@ from gpuops.tui.app import GpuopsApp
 from gpuops.tui.feed import Feed
 from gpuops.tui.keys import GLOBAL_KEYS
 from gpuops.tui.pool_source import (
+    DEFAULT_WINDOW,
     Applied,
     PoolError,
     PoolSource,
@@ -109,11 +113,14 @@ async def settled(pilot: Pilot[None], screen: PoolScreen, timeout: float = 90) -
     """Until the screen's step is done (the worker finished and the screen drew its result)."""
     deadline = time.monotonic() + timeout
     await pilot.pause(0.1)
-    while screen.job:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still {screen.job} after {timeout}s")
-        await pilot.pause(0.2)
-    await pilot.pause()
+    while True:
+        while screen.job:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"still {screen.job} after {timeout}s")
+            await pilot.pause(0.2)
+        await pilot.pause()
+        if not screen.job:  # else a step that started once the last ended (the history after an apply)
+            break
     assert not screen.error, screen.error
 
 
@@ -250,6 +257,78 @@ def test_mark_move_review_apply_and_see_the_new_layout(sim: Launched, tmp_path: 
     assert {line.name for line in live.limiter if line.applies_to(gpus[0])} >= {"*"}
     assert not [line for line in live.limiter if line.applies_to(gpus[1])]
     assert not [line for line in live.limiter if line.applies_to(gpus[2])]
+
+
+class CountingPoolSource(PoolSource):
+    """Notes, for each read of the screen, whether it read the nodes' history; once the test
+    sets `gate`, a read of the history waits for it to open."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.history_reads: list[bool] = []
+        self.gate: asyncio.Event | None = None
+
+    async def load(
+        self,
+        window_text: str = DEFAULT_WINDOW,
+        pool: str | None = None,
+        histories: Mapping[str, History | str] | None = None,
+        now: float | None = None,
+    ) -> PoolView:
+        self.history_reads.append(histories is None)
+        if histories is None and self.gate is not None:
+            await self.gate.wait()
+        return await super().load(window_text, pool, histories, now)
+
+
+def test_an_apply_that_changed_something_reads_the_history_again(sim: Launched, tmp_path: Path) -> None:
+    """After an apply that changed something, the nodes' history is read again in the background
+    (as r reads it), so the window's figures follow the new layout; the apply's result stays."""
+    path = own_copy(sim, tmp_path)
+    source, ownership = fleet_source(path, "1s", "simulated silos fleet (pool test)")
+    pool = CountingPoolSource(path)
+    app = GpuopsApp(Feed(source, ownership, period=1.0), pool=pool)
+
+    async def script(pilot: Pilot[None]) -> None:
+        screen = await open_pool(pilot)
+        assert pool.history_reads == [True]
+        screen.query_one("#pool-gpus", LiveTable).move_to_key("sim-robotics-01:3")
+        await pilot.press("m")
+        await settled(pilot, screen)
+        before, jobs = screen.view, screen.jobs
+        assert before is not None
+        pool.gate = asyncio.Event()
+        await pilot.press("a")
+        await pilot.pause()
+        await pilot.press("y")
+        deadline = time.monotonic() + 90
+        while not screen.job.startswith("reading"):  # the apply, then the history read again
+            assert time.monotonic() < deadline and not screen.error, (screen.job, screen.error)
+            await pilot.pause(0.05)
+        assert screen.applied is not None and screen.jobs == jobs + 1
+        assert "⟳ reading…" in status(app)
+        assert "the window's figures follow once the nodes' history is read again" in review_text(app)
+        pool.gate.set()
+        await settled(pilot, screen)
+        # opened; the apply's new layout (the same history); the history read again
+        assert pool.history_reads == [True, False, True] and screen.jobs == jobs + 2
+        after = screen.view
+        assert after is not None and after.histories is not before.histories
+        assert after.read_at > before.read_at
+        assert rows(app, "#pool-gpus")["sim-robotics-01:3"][4] == "pool shared"
+        assert screen.applied is not None and "node sim-robotics-01: changed" in review_text(app)
+        await pilot.press("q")
+
+    run(app, script)
+
+
+def test_an_apply_says_whether_it_changed_something(tmp_path: Path) -> None:
+    review = cast(Review, None)
+    nothing = Applied(review, None, (NodeResult("a"), NodeResult("b", status="failed", error="gone")))
+    assert not nothing.changed
+    assert Applied(review, tmp_path / "fleet.yaml.bak", ()).changed
+    assert Applied(review, None, (NodeResult("a"), NodeResult("b", status="changed", done=["x"]))).changed
+    assert Applied(review, None, (NodeResult("a", status="partial", done=["x"], refused=["y"]),)).changed
 
 
 def test_readonly_refuses_moving_and_applying(sim: Launched, tmp_path: Path) -> None:

@@ -485,10 +485,13 @@ class PoolScreen(ViewScreen):
             text.append_text(Text.from_markup(line))
             text.append("\n")
         if not after_quit:
-            text.append(
-                "The lists above show the new layout: fleet.yaml and the nodes' live state read again.",
-                style="dim",
+            then = (
+                "; the window's figures follow once the nodes' history is read again"
+                if applied.changed
+                else ""
             )
+            read = "fleet.yaml and the nodes' live state read again"
+            text.append(f"The lists above show the new layout: {read}{then}.", style="dim")
         return text
 
     # ---- jobs ------------------------------------------------------------------------------------
@@ -678,10 +681,12 @@ class PoolScreen(ViewScreen):
     def _apply(self, review: Review) -> None:
         source = self.source
         window, pool = self.window, review.draft.view.pool
+        outcome: list[Applied] = []
 
         async def job() -> None:
             assert source is not None
             applied = await source.apply(review)
+            outcome.append(applied)
             self.review, self.applied = None, applied
             self.marked.clear()
             view = review.draft.view
@@ -690,7 +695,13 @@ class PoolScreen(ViewScreen):
             self.view = await source.load(window, pool, histories=view.histories, now=view.read_at)
 
         def ended() -> None:
+            quitting = self.gapp.quit_after_apply
             self.gapp.apply_ended(self.apply_summary(pool))
+            if outcome and outcome[0].changed and not quitting and not self.error:
+                # The window's figures (p95, used by, borrowed) are still those of the history
+                # read before the apply: read it again as r does, once this step has ended, and
+                # keep the apply's result on show meanwhile.
+                self.call_later(self._load, f"reading the nodes' history over {self.window} after the apply")
 
         if self._start("applying: writing fleet.yaml, then the plan node by node", job, after=ended):
             self.gapp.apply_started()
