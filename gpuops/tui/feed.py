@@ -6,7 +6,7 @@ A *source* collects in the background (asyncio tasks on the TUI's event loop) an
 
 - `CollectorSource`: fleet.yaml's nodes over SSH (`gpuops.fleet.collector.Collector`);
 - `LocalSource`: this host's agent as a child process (`gpuops.fleet.local.local_agent`);
-- `gpuops.tui.simsource.SimSource`: simulated nodes in this process (tests, benchmarks).
+- `gpuops.fleet.simsource.SimSource`: simulated nodes in this process (tests, benchmarks).
 
 The `Feed` wakes when a source reports a change, at most once per period (the refresh interval),
 and at least once per period so that ages and stale states move on. Each time it builds one

@@ -399,6 +399,9 @@ def test_the_status_line_at_80_columns(sim: Launched, tmp_path: Path) -> None:
         screen.query_one("#pool-gpus", LiveTable).move_to_key("sim-robotics-01:4")
         await pilot.press("space", "space")
         assert "● 2 marked · m in · b back" in line()
+        deadline = time.monotonic() + 20  # the live feed's first samples of all 8 nodes
+        while "●8 " not in line() and time.monotonic() < deadline:
+            await pilot.pause(0.2)
         assert " live " not in line() and "●8 " in line()  # the fleet figures in their short form
         await pilot.press("m")
         await settled(pilot, screen)
