@@ -4,7 +4,8 @@
 - `app.py`: the application (views as modes, global keys, command and filter bars);
 - `screens/`: one module per screen; `grid.py`, `widgets.py`: what they draw with;
 - `keys.py`: every key, once (bindings and help come from it);
-- `render.py`: colours and short texts; `simsource.py`: simulated nodes in-process.
+- `render.py`: colours and short texts.
 
-Pure computations (tenants, waste, grid groups, filters, sorting) live in `gpuops.fleet.views`.
+Pure computations (tenants, waste, grid groups, filters, sorting) live in `gpuops.fleet.views`;
+simulated nodes in-process (tests, benchmarks) in `gpuops.fleet.simsource`.
 """
