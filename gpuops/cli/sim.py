@@ -180,7 +180,11 @@ def queue(
     if as_json:
         typer.echo(json.dumps(doc, indent=1))
         return
-    for line in queue_lines(doc, time.time()):
+    try:
+        lines = queue_lines(doc, time.time())
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a file edited or cut short
+        fail(f"{where / 'demand.json'}: not a queue this version writes ({type(exc).__name__}: {exc})")
+    for line in lines:
         typer.echo(line)
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuops.fleet.simfleet.demand import (
     BORROWED,
@@ -268,3 +270,31 @@ def test_demand_json_is_what_sim_queue_prints(clock: Clock, tmp_path: Path) -> N
 def test_bad_speed_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         Demand([], tmp_path, speed=0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        max_leaves=12,
+    ),
+    st.sampled_from(["jobs", "teams", "speed", "updated"]),
+)
+def test_a_damaged_demand_file_gives_one_line(
+    tmp_path_factory: pytest.TempPathFactory, junk: Any, key: str
+) -> None:
+    """`gpuops sim queue` on a demand.json someone edited: its queue, or one line and exit 1."""
+    from typer.testing import CliRunner
+
+    from gpuops.cli.main import app
+
+    directory = tmp_path_factory.mktemp("q")
+    good: dict[str, Any] = {"version": 1, "speed": 60, "updated": 0, "teams": {}, "jobs": []}
+    good[key] = junk
+    (directory / "demand.json").write_text(json.dumps(good))
+    result = CliRunner().invoke(app, ["sim", "queue", "--dir", str(directory)])
+    assert result.exit_code in (0, 1), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    if result.exit_code == 1:
+        assert len(result.output.strip().splitlines()) == 1, result.output
