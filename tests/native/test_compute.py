@@ -164,7 +164,9 @@ def test_a_killed_holder_does_not_keep_the_gpu(lab: Lab) -> None:
     finish(off)
     ks = lab.fake.kernels()
     on_end = last_end(ks, on.pid)
-    assert on_end <= killed
+    # Nothing of it runs after its death but the kernel in flight, which ends as on a real GPU
+    # (its end is stamped by the fake GPU, a few microseconds after `wait` may have returned).
+    assert on_end <= killed + int(SHORT), (on_end - killed) / MS
     # the offline tenant was held back while the online one ran, and gets the GPU back
     assert share(ks, off.pid, first_start(ks, on.pid) + 20 * MS, on_end) <= 0.05
     assert share(ks, off.pid, on_end + 100 * MS, last_end(ks, off.pid)) >= 0.90
