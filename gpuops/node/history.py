@@ -732,6 +732,31 @@ def _overlaps(b: Bucket, since: float, until: float) -> bool:
     return b.start < until and b.start + b.span > since
 
 
+# The oldest bucket's start per history directory, with the day file and its modification time it
+# was read from: a request asks for it every time, and the oldest day file (up to 35 days back,
+# 1 MiB on a MIG node) rarely changes, so a long-lived agent reads it once, not per request.
+_OLDEST: Dict[str, Tuple[str, int, float]] = {}
+
+
+def _oldest_start(
+    directory: str, days: List[str], load: Callable[[str], Tuple[List[Bucket], int]]
+) -> Optional[float]:
+    """The start of the oldest bucket kept: in the oldest readable day file."""
+    for day in days:
+        try:
+            mtime = os.stat(os.path.join(directory, hours_file(day))).st_mtime_ns
+        except OSError:
+            continue
+        hit = _OLDEST.get(directory)
+        if hit is not None and hit[0] == day and hit[1] == mtime:
+            return hit[2]
+        bs = load(day)[0]
+        if bs:
+            _OLDEST[directory] = (day, mtime, bs[0].start)
+            return bs[0].start
+    return None
+
+
 def read_history(
     directory: str,
     resolution: str,
@@ -781,11 +806,7 @@ def read_history(
                     loaded[day] = ([], 0)
             return loaded[day]
 
-        for day in days:  # the oldest bucket kept: in the oldest readable day file
-            bs = load(day)[0]
-            if bs:
-                oldest = bs[0].start
-                break
+        oldest = _oldest_start(directory, days, load)
         for day in reversed(days):  # newest first, so a bound keeps the most recent
             try:
                 start = day_start(day)

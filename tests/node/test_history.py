@@ -247,6 +247,41 @@ def test_retention_and_minute_window(tmp_path: Path) -> None:
     assert all(b.gpus[0].seconds == HOUR for b in h.buckets)
 
 
+def test_the_oldest_day_is_read_once_until_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`oldest` is in every reply; a long-lived agent reads the oldest day file for it once, and
+    again only when that file changes or goes."""
+    import gpuops.node.history as node_history
+
+    clock = Clock(T0 - 3 * 86400)
+    rec = Recorder(str(tmp_path), interval=1800, clock=clock, durable=False, flush_every=86400)
+    t = T0 - 3 * 86400
+    while t <= T0:
+        clock.t = t
+        rec.add(_two_users(t))
+        t += 1800
+    rec.close()
+    days = sorted(tmp_path.glob("hours-*.json"))
+    reads: list[str] = []
+    real = node_history._read_file
+
+    def counted(path: str, resolution: str) -> Any:
+        reads.append(os.path.basename(path))
+        return real(path, resolution)
+
+    monkeypatch.setattr(node_history, "_read_file", counted)
+    window = (T0 - 3600, T0 + 1)  # the last hour: only the newest day file overlaps it
+    first = read_history(str(tmp_path), "hour", *window, now=T0)
+    assert first.oldest == T0 - 3 * 86400 and days[0].name in reads
+    reads.clear()
+    again = read_history(str(tmp_path), "hour", *window, now=T0)
+    assert again.oldest == first.oldest and days[0].name not in reads
+    days[0].unlink()  # pruned: the next oldest day answers
+    assert read_history(str(tmp_path), "hour", *window, now=T0).oldest == T0 - 2 * 86400
+    assert days[1].name in reads
+
+
 def test_the_reply_is_bounded_newest_first(tmp_path: Path) -> None:
     rec = Recorder(str(tmp_path), interval=600, clock=Clock(T0))
     for i in range(6 * 24 + 1):
