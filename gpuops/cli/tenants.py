@@ -110,21 +110,9 @@ def tenants_command(
     table = Table(
         title=f"Tenants over {evidence.window.text} (GPUs' worth of GPU time)", title_justify="left"
     )
-    for name in (
-        "Team",
-        "Owned",
-        "Silo",
-        "Guaranteed",
-        "Used",
-        "p95",
-        "Peak",
-        "Borrowed",
-        "Lent",
-        "Idle owned",
-    ):
-        table.add_column(name, justify="left" if name == "Team" else "right")
-    table.add_column("Memory", justify="right")
-    table.add_column("Share", justify="right")
+    table.add_column("Team", justify="left")
+    for name in COLUMNS:
+        table.add_column(name, justify="right")
     for r in rows:
         table.add_row(
             r.team,

@@ -116,6 +116,10 @@ class GpuEvidence:
     def p95_busy(self) -> float:
         return p95([b for b, o in zip(self.busy, self.observed, strict=True) if o > 0])
 
+    def coverage(self) -> float:
+        """The share of the window's buckets with data (0: no history)."""
+        return sum(1 for o in self.observed if o > 0) / max(1, len(self.observed))
+
     def label(self) -> str:
         return f"{self.node}:{self.index}"
 

@@ -255,7 +255,6 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
     name = opts.pool
     pool = fleet.pools.get(name)
     notes: list[str] = []
-    n_buckets = max(1, len(evidence.starts))
     leave = set(opts.leave)
     join = set(opts.join)
     members = [g for g in evidence.gpus if g.pool == name and (g.node, g.index) not in leave]
@@ -274,7 +273,7 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
             return _infeasible(
                 name, evidence, f"{g.label()} is in pool {g.pool}: take it out of that pool first"
             )
-        coverage = sum(1 for o in g.observed if o > 0) / n_buckets
+        coverage = g.coverage()
         moves.append(
             Move(g.node, g.index, g.owner, g.p95_busy(), g.mean_busy(), coverage, True, _held_text(g))
         )
@@ -290,7 +289,7 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
                 f"{name} clears its limiter lines; delete it to let the planner move the GPU)"
             )
             continue
-        coverage = sum(1 for o in g.observed if o > 0) / n_buckets
+        coverage = g.coverage()
         if coverage < opts.min_coverage:
             continue
         busy = g.p95_busy()

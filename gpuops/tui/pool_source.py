@@ -220,7 +220,6 @@ class Applied:
 
 
 def pool_gpus(evidence: Evidence) -> tuple[PoolGpu, ...]:
-    n = max(1, len(evidence.starts))
     out = []
     for g in evidence.gpus:
         users = sorted(
@@ -237,7 +236,7 @@ def pool_gpus(evidence: Evidence) -> tuple[PoolGpu, ...]:
                 pool=g.pool,
                 p95=g.p95_busy(),
                 mean=g.mean_busy(),
-                coverage=sum(1 for o in g.observed if o > 0) / n,
+                coverage=g.coverage(),
                 users=tuple((t, v) for t, v in users if v >= 0.005),
                 mig=g.mig,
             )
