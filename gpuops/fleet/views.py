@@ -28,8 +28,9 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
+from gpuops.core.history import instance_fraction
 from gpuops.core.mig.catalog import find_model
-from gpuops.core.model import Gpu, GpuInstance, GpuProcess, NotAvailable
+from gpuops.core.model import Gpu, GpuProcess, NotAvailable
 from gpuops.core.units import format_duration
 from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE, FleetEvent, FleetSnapshot, NodeView
 from gpuops.fleet.summary import BUSY_PERCENT, UNOWNED, gpu_busy, short_model
@@ -111,25 +112,6 @@ def percent_of(used: object, total: object) -> float | None:
     if u is None or t is None or t <= 0:
         return None
     return 100.0 * u / t
-
-
-_PROFILE_SLICES = re.compile(r"^(\d+)g\.")
-
-
-def instance_fraction(gpu: Gpu, gi: GpuInstance) -> float:
-    """The share of its GPU a MIG GPU instance is: compute slices over the GPU's (3g of 7 = 3/7)."""
-    return _fraction(gpu.info.mig_model, gi.profile_name, gi.size)
-
-
-@lru_cache(maxsize=1024)
-def _fraction(mig_model: str | None, profile: str, size: int) -> float:
-    model = find_model(mig_model) if mig_model else None
-    match = _PROFILE_SLICES.match(profile)
-    if model is not None and match is not None and model.compute_slice_count:
-        return min(1.0, int(match.group(1)) / model.compute_slice_count)
-    if model is not None and model.memory_slice_count:
-        return min(1.0, size / model.memory_slice_count)
-    return min(1.0, size / 8)
 
 
 def mig_active(gpu: Gpu) -> bool:
