@@ -54,6 +54,10 @@ class Ownership:
     team_of_group: Callable[[str], str | None] | None = None
     chain: AttributionChain | None = None
     fleet: Fleet | None = field(default=None, compare=False)
+    # Pool membership per (node, index, uuid, model): selectors are matched once per GPU seen.
+    _pools: dict[tuple[str, int, str | None, str | None], str | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def from_fleet(cls, fleet: Fleet) -> Ownership:
@@ -75,6 +79,19 @@ class Ownership:
             if owner:
                 return owner
         return view.owner or gpu.owner
+
+    def pool(self, view: NodeView, gpu: Gpu) -> str | None:
+        """The pool fleet.yaml puts the GPU in (None: in its owner's silo, or no fleet.yaml)."""
+        fleet = self.fleet
+        if fleet is None or not fleet.pools:
+            return None
+        info = gpu.info
+        key = (view.name, info.index, info.uuid, info.name)
+        cache = self._pools
+        if key not in cache:
+            known = any(n.name == view.name for n in fleet.nodes)
+            cache[key] = fleet.pool_of(*key) if known else None
+        return cache[key]
 
     def tenant(
         self, process: GpuProcess, owner: str | None, node: str = "", gpu: Gpu | None = None
@@ -542,8 +559,9 @@ class TenantRow:
     owned: int = 0  # GPUs it owns
     unknown: int = 0  # of those, GPUs on nodes without current data
     used: float = 0.0  # GPU-equivalents holding its processes, on any team's GPUs
-    borrowed: float = 0.0  # of `used`, on GPUs other teams own
-    lent: float = 0.0  # its GPUs in use by other teams
+    guaranteed: float = 0.0  # its silo GPUs + its pool guarantees (share x the pool's GPUs)
+    borrowed: float = 0.0  # of `used`, outside its silo and beyond its pool guarantees
+    lent: float = 0.0  # its silo GPUs in use by other teams
     idle: float = 0.0  # owned GPU-equivalents that are not busy (free MIG slices included)
     waste: float = 0.0  # owned capacity minus the GPU-time delivered on it
     gpu_time: float = 0.0  # utilization-weighted GPU-equivalents it uses now
@@ -555,22 +573,33 @@ class TenantRow:
 
 class _Acc:
     __slots__ = (
-        "borrowed",
         "gpu_time",
         "idle",
         "lent",
         "memory_owned",
         "memory_used",
+        "outside",
         "owned",
         "processes",
+        "silo",
         "unknown",
         "used",
         "waste",
     )
 
     def __init__(self) -> None:
-        self.owned = self.unknown = self.processes = self.memory_used = self.memory_owned = 0
-        self.used = self.borrowed = self.lent = self.idle = self.waste = self.gpu_time = 0.0
+        self.owned = self.silo = self.unknown = self.processes = self.memory_used = self.memory_owned = 0
+        self.used = self.outside = self.lent = self.idle = self.waste = self.gpu_time = 0.0
+
+    def use(self, team: str, owner: _Acc, owner_name: str, pooled: bool, amount: float) -> None:
+        """`amount` GPU-equivalents used by this team (`team`) on a GPU of `owner_name`. Use
+        outside its silo is borrowing only beyond its pool guarantees (settled at the end, as
+        `gpuops tenants` does over a window); pool GPUs are shared, not lent."""
+        self.used += amount
+        if team != owner_name or pooled:
+            self.outside += amount
+        if team != owner_name and not pooled:
+            owner.lent += amount
 
 
 def _process_memory(processes: Sequence[GpuProcess], fallback: int | None) -> list[int]:
@@ -592,13 +621,19 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
             a = acc[team] = _Acc()
         return a
 
+    pool_sizes: dict[str, int] = {}
     for view in snapshot.nodes:
         current = view.sample is not None and view.state in (LIVE, STALE)
         gpus = view.sample.gpus if view.sample else (view.inventory.gpus if view.inventory else ())
         for gpu in gpus:
             owner = ownership.owner(view, gpu) or UNOWNED
+            pool = ownership.pool(view, gpu)
             o = get(owner)
             o.owned += 1
+            if pool is None:
+                o.silo += 1
+            else:
+                pool_sizes[pool] = pool_sizes.get(pool, 0) + 1
             o.memory_owned += _int(gpu.info.memory_total_bytes) or 0
             if not current:
                 o.unknown += 1
@@ -609,7 +644,7 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
                 continue
             tenants = [ownership.tenant(p, owner)[0] for p in gpu.processes]
             if mig_active(gpu):
-                _mig_usage(gpu, owner, tenants, get)
+                _mig_usage(gpu, owner, pool is not None, tenants, get)
                 continue
             s = gpu.sample
             util = _num(s.utilization_gpu_percent) if s else None
@@ -622,11 +657,8 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
                 busy_time = util / 100.0 if util is not None else 1.0
                 for t, w in weights.items():
                     a = get(t)
-                    a.used += w
+                    a.use(t, o, owner, pool is not None, w)
                     a.gpu_time += busy_time * w
-                    if t != owner:
-                        a.borrowed += w
-                        o.lent += w
                 o.waste += 1.0 - min(1.0, busy_time)
             elif util is not None and util >= BUSY_PERCENT:
                 # Busy with processes we cannot see (no permission to list them): the owner's.
@@ -637,13 +669,15 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
                 o.idle += 1.0
                 o.waste += 1.0 - min(1.0, (util or 0.0) / 100.0)
     total_time = sum(a.gpu_time for a in acc.values())
+    in_pools = ownership.fleet.pool_guarantees(pool_sizes) if ownership.fleet is not None else {}
     return tuple(
         TenantRow(
             team=team,
             owned=a.owned,
             unknown=a.unknown,
             used=round(a.used, 6),
-            borrowed=round(a.borrowed, 6),
+            guaranteed=round(a.silo + in_pools.get(team, 0.0), 6),
+            borrowed=round(max(0.0, a.outside - in_pools.get(team, 0.0)), 6),
             lent=round(a.lent, 6),
             idle=round(a.idle, 6),
             waste=round(a.waste, 6),
@@ -657,7 +691,7 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
     )
 
 
-def _mig_usage(gpu: Gpu, owner: str, tenants: list[str], get: Callable[[str], _Acc]) -> None:
+def _mig_usage(gpu: Gpu, owner: str, pooled: bool, tenants: list[str], get: Callable[[str], _Acc]) -> None:
     assert gpu.mig is not None
     o = get(owner)
     samples = {m.gpu_instance_id: m for m in gpu.mig_samples}
@@ -677,11 +711,8 @@ def _mig_usage(gpu: Gpu, owner: str, tenants: list[str], get: Callable[[str], _A
             get(t).processes += 1
         for t, w in _weights([p for p, _ in procs], [t for _, t in procs]).items():
             a = get(t)
-            a.used += fraction * w
+            a.use(t, o, owner, pooled, fraction * w)
             a.gpu_time += fraction * w
-            if t != owner:
-                a.borrowed += fraction * w
-                o.lent += fraction * w
     free = max(0.0, 1.0 - allocated)
     o.idle += free
     o.waste += free

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Iterable, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Iterable, Literal, Mapping, Union
 
 from pydantic import (
     AfterValidator,
@@ -344,6 +344,15 @@ class Fleet(SpecModel):
             if any(pool_selects(sel, n, index, uuid, model) for sel in pool.gpus):
                 return name
         return None
+
+    def pool_guarantees(self, sizes: Mapping[str, int]) -> dict[str, float]:
+        """GPU-equivalents each team is guaranteed in pools: its share x the pool's GPUs
+        (`sizes`: GPUs per pool, as counted by the caller from what it sees)."""
+        out: dict[str, float] = {}
+        for name, pool in self.pools.items():
+            for team, g in pool.guarantees.items():
+                out[team] = out.get(team, 0.0) + g.share / 100.0 * sizes.get(name, 0)
+        return out
 
     # ---- desired state (carve:) --------------------------------------------------------------
 

@@ -332,13 +332,7 @@ def pool_sizes(evidence: Evidence) -> dict[str, int]:
 
 def pool_guarantees(fleet: Fleet | None, sizes: Mapping[str, int]) -> dict[str, float]:
     """GPU-equivalents each team is guaranteed in pools: share x the pool's GPUs."""
-    out: dict[str, float] = {}
-    if fleet is None:
-        return out
-    for name, pool in fleet.pools.items():
-        for team, g in pool.guarantees.items():
-            out[team] = out.get(team, 0.0) + g.share / 100.0 * sizes.get(name, 0)
-    return out
+    return fleet.pool_guarantees(sizes) if fleet is not None else {}
 
 
 def tenant_usage(evidence: Evidence, fleet: Fleet | None = None) -> tuple[TenantUsage, ...]:

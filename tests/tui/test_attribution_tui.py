@@ -26,6 +26,7 @@ from gpuops.tenancy import attribution as attribution_module
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.feed import Feed
 from gpuops.tui.screens.detail import DetailScreen
+from gpuops.tui.screens.tenants import COLUMNS as TENANT_COLUMNS
 from gpuops.tui.screens.tenants import TenantsScreen
 from gpuops.tui.table import LiveTable
 from tests.tui.conftest import NOON, Clock
@@ -185,7 +186,7 @@ def test_the_process_table_shows_each_tenant_and_its_source() -> None:
         ("eve", "1"): "- (none)",  # ... and on an unowned GPU she is unattributed, still listed
     }
     tenants = {row[0]: row for row in seen["tenants"]}
-    processes = 10  # Team, Owned, Used, Borrowed, Idle, Waste, GPU-time, Now, Session, Memory, Procs
+    processes = [c.key for c in TENANT_COLUMNS].index("procs")
     assert tenants["-"][processes] == "1"
     assert {t: int(tenants[t][processes]) for t in ("nlp", "vision", "platform")} == {
         "nlp": 2,

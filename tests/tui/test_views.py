@@ -211,3 +211,40 @@ def test_sparkline() -> None:
     assert render.sparkline([1.0] * 100, 10) == "█" * 10
     assert len(render.sparkline(list(range(1000)), 7)) == 7
     assert render.sparkline([5, 5], 4, 10) == "  ▅▅"
+
+
+def test_pool_guarantees_are_not_borrowed_and_pool_gpus_not_lent(source: SimSource, clock: Clock) -> None:
+    """A team's use of pool GPUs up to its guarantee is its own, not borrowed (as `gpuops tenants`
+    counts it over a window); a pool GPU is shared, not lent by the team that bought it."""
+    from pathlib import Path
+
+    from gpuops.fleet.simfleet.runner import SimPaths, fleet_document
+    from gpuops.spec.loader import fleet_from_data
+
+    plan = source.plan
+    ports = {n.name: 2200 + i for i, n in enumerate(plan.nodes)}
+    document = fleet_document(plan, ports, SimPaths(Path("/nonexistent")), "op")
+    snapshot = source.snapshot(clock())
+    silos = {r.team: r for r in tenant_rows(snapshot, Ownership.from_fleet(fleet_from_data(document)))}
+    assert silos["platform"].lent > 1.5 and silos["chat"].borrowed > 0 and silos["research"].borrowed > 0
+    assert silos["chat"].guaranteed == silos["chat"].owned  # silos only: its own GPUs
+
+    # The platform team's MIG node (4 GPUs) pooled: chat guaranteed half of it, research a quarter.
+    document["pools"] = {
+        "shared": {
+            "gpus": [{"nodes": "sim-platform-01"}],
+            "policy": "burst-share",
+            "borrowing": True,
+            "carving": "mig",
+            "guarantees": {"chat": "50%", "research": "25%"},
+        }
+    }
+    pooled = {r.team: r for r in tenant_rows(snapshot, Ownership.from_fleet(fleet_from_data(document)))}
+    assert pooled["platform"].lent == 0 and pooled["platform"].owned == 4
+    assert pooled["platform"].guaranteed == 0  # all of its GPUs are in the pool
+    assert pooled["chat"].guaranteed == pytest.approx(silos["chat"].owned + 2.0)
+    assert pooled["research"].guaranteed == pytest.approx(silos["research"].owned + 1.0)
+    for team, guarantee in (("chat", 2.0), ("research", 1.0)):
+        assert pooled[team].used == silos[team].used  # the same processes, counted the same
+        assert pooled[team].borrowed == pytest.approx(max(0.0, silos[team].borrowed - guarantee))
+    assert pooled["chat"].borrowed < silos["chat"].borrowed

@@ -18,7 +18,7 @@ from gpuops.tui.keys import GLOBAL_KEYS, Key
 COMMANDS: tuple[tuple[str, str], ...] = (
     (":gpus [filter]", "the fleet grid: a cell per GPU or MIG slice (the start screen)"),
     (":nodes [filter]", "one row per node: state, data age, owner, GPUs, busy, util, memory"),
-    (":tenants [filter]", "per team: owned, used, borrowed, idle, waste, GPU-time share, sparklines"),
+    (":tenants [filter]", "per team: owned, guaranteed, used, borrowed, idle, waste, GPU-time, sparklines"),
     (":events [filter]", "nodes going stale or unreachable and back, agent errors"),
     (":pool [filter]", "silos and the pool per team: move GPUs, ask the planner, plan, apply"),
     (":help", "this screen"),
@@ -30,7 +30,8 @@ FIGURES: tuple[tuple[str, str], ...] = (
     ("idle", "owned capacity that is not busy (free MIG slices included)"),
     ("owned", "GPUs a team owns (fleet.yaml); '8 (2?)': 2 of them on nodes without current data"),
     ("used", "GPU-equivalents holding a team's processes, on any team's GPUs"),
-    ("borrowed", "what a team uses on GPUs other teams own"),
+    ("guaranteed", "a team's silo GPUs plus its pool guarantees (share x the pool's GPUs)"),
+    ("borrowed", "what a team uses outside its silo beyond its pool guarantees"),
     ("GPU-time", "utilization-weighted GPU-equivalents: a GPU at 50% is 0.5"),
     ("waste", "owned capacity minus the GPU-time delivered on it: the silo capacity to pool"),
     ("age", "how old a node's last sample is; stale: older than 2 intervals"),

@@ -1,4 +1,4 @@
-"""`:tenants`: per team, now and over the session — what it owns, uses, borrows, leaves idle,
+"""`:tenants`: per team, now and over the session — what it owns, is guaranteed, uses, borrows, leaves idle,
 its share of the fleet's GPU-time and memory — sorted by waste, the silo capacity worth pooling."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from gpuops.tui.table import Cell, Column, LiveTable, Row
 COLUMNS = (
     Column("Team", "team"),
     Column("Owned", "owned", "right"),
+    Column("Guaranteed", "guaranteed", "right"),
     Column("Used", "used", "right"),
     Column("Borrowed", "borrowed", "right"),
     Column("Idle", "idle", "right"),
@@ -68,7 +69,7 @@ class TenantsScreen(ViewScreen):
         "O": ("owned", "GPUs owned"),
         "U": ("used", "GPUs used"),
         "I": ("idle", "idle owned GPUs"),
-        "B": ("borrowed", "GPUs borrowed from other teams"),
+        "B": ("borrowed", "GPUs borrowed: used outside its silo beyond its pool guarantees"),
         "S": ("share", "share of the fleet's GPU-time now"),
         "M": ("memory", "memory held"),
     }
@@ -127,6 +128,7 @@ class TenantsScreen(ViewScreen):
         return (
             Text(r.team if r.team != UNOWNED else "unowned", style="bold"),
             str(r.owned) + (f" ({r.unknown}?)" if r.unknown else ""),
+            num(r.guaranteed),
             num(r.used),
             num(r.borrowed, "#87d787"),
             num(r.idle, idle_style),
@@ -154,7 +156,8 @@ class TenantsScreen(ViewScreen):
         head = Text()
         head.append(row.team, style="bold #87afd7")
         head.append(
-            f"  owns {row.owned} GPUs ({render.size(row.memory_owned)}) · uses {render.gpus(row.used)}"
+            f"  owns {row.owned} GPUs ({render.size(row.memory_owned)})"
+            f" · guaranteed {render.gpus(row.guaranteed)} · uses {render.gpus(row.used)}"
             f" · borrows {render.gpus(row.borrowed)} · lends {render.gpus(row.lent)}"
             f" · idle {render.gpus(row.idle)} · waste {render.gpus(row.waste)}"
             f" · {row.processes} process{'es' if row.processes != 1 else ''}"
