@@ -383,8 +383,9 @@ def test_readonly_refuses_moving_and_applying(sim: Launched, tmp_path: Path) -> 
 
 
 def test_the_status_line_at_80_columns(sim: Launched, tmp_path: Path) -> None:
-    """At 80x24 the status line keeps the marks, the change under review or the step under way,
-    and their keys (the fleet figures give way); the review panel has room."""
+    """At 80x24 the evidence line keeps to one line (its keys short); the status line keeps the
+    marks, the change under review or the step under way, and their keys (the fleet
+    figures give way); the review panel has room."""
     path = own_copy(sim, tmp_path)
     app = pool_app(path)
 
@@ -396,6 +397,10 @@ def test_the_status_line_at_80_columns(sim: Launched, tmp_path: Path) -> None:
     async def script(pilot: Pilot[None]) -> None:
         screen = await open_pool(pilot)
         assert "space mark · p propose" in line()
+        await settled(pilot, screen)
+        head = text_of(screen.query_one("#pool-head", Static)).splitlines()
+        evidence = next(h for h in head if h.startswith("evidence:"))
+        assert len(evidence.rstrip()) <= 78 and evidence.rstrip().endswith("w · r"), head  # keys kept short
         screen.query_one("#pool-gpus", LiveTable).move_to_key("sim-robotics-01:4")
         await pilot.press("space", "space")
         assert "● 2 marked · m in · b back" in line()

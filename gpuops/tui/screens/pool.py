@@ -268,11 +268,15 @@ class PoolScreen(ViewScreen):
                 text.append(f" · other pools: {', '.join(others)} (o)", style="dim")
             nodes = len(view.fleet.nodes)
             age = max(0.0, time.time() - view.read_at)
-            text.append(
-                f"\nevidence: {view.window.text} ({view.window.resolution} buckets) from "
-                f"{nodes - len(view.missing)} of {render.count(nodes, 'node')}, read {render.age(age)} ago",
+            evidence = (
+                f"evidence: {view.window.text} ({view.window.resolution} buckets) from "
+                f"{nodes - len(view.missing)} of {render.count(nodes, 'node')}, read {render.age(age)} ago"
             )
-            text.append("  w window · r read again", style="dim")
+            text.append("\n" + evidence)
+            # The keys in full where they fit on the line, short where not (an 80-column terminal).
+            room = self.size.width - 2 - len(evidence)
+            hint = next((h for h in ("  w window · r read again", "  w · r") if len(h) <= room), "")
+            text.append(hint, style="dim")
         else:
             text.append(f"\nevidence: {self.window}", style="dim")
         if self.job:
