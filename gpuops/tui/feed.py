@@ -51,6 +51,7 @@ from gpuops.fleet.views import (
     fleet_status,
     tenant_rows,
 )
+from gpuops.spec import Fleet
 from gpuops.tenancy.attribution import UNATTRIBUTED, default_chain
 
 MIN_PERIOD = 0.25  # the screens redraw at most 4 times a second, whatever the sampling interval
@@ -317,6 +318,11 @@ class Feed:
         self._cache = RowCache()
         self.builds = 0
         self.warnings = AttributionWarnings()
+
+    def use_fleet(self, fleet: Fleet) -> None:
+        """Owners, teams, pools and attribution from this fleet.yaml from the next build on (the
+        Pool screen rewrote the file)."""
+        self.ownership = Ownership.from_fleet(fleet)
 
     def build(self) -> FleetState:
         now = self.clock()

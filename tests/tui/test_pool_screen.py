@@ -223,6 +223,13 @@ def test_mark_move_review_apply_and_see_the_new_layout(sim: Launched, tmp_path: 
         assert teams["robotics"][1] == "6" and teams["robotics"][5] == "2"
         head = text_of(screen.query_one("#pool-head", Static))
         assert "pool shared · 2 GPUs · burst-share · limiter carving" in head
+        # ... and in the live views: the two GPUs in the pool, its guarantees no longer borrowing
+        version = app.feed.version
+        while app.feed.version == version:
+            await pilot.pause(0.2)
+        live = {r.team: r for r in app.feed.state.tenants}
+        assert live["robotics"].owned == 8 and live["robotics"].guaranteed == 6
+        assert sum(r.guaranteed for r in live.values()) == pytest.approx(48)  # 46 in silos, 2 in the pool
 
         # ... and one of them back to the silo: its limiter lines go with it
         table.move_to_key("sim-robotics-01:1")

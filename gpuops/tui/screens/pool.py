@@ -697,6 +697,9 @@ class PoolScreen(ViewScreen):
             # The new layout: fleet.yaml read again (the pools as written), the same evidence
             # (the history did not change), the nodes' live state read again.
             self.view = await source.load(window, pool, histories=view.histories, now=view.read_at)
+            # The live views (:tenants, the grid's team chips) count pool GPUs and guarantees
+            # from fleet.yaml too: from now on, from the file as written.
+            self.gapp.feed.use_fleet(self.view.fleet)
 
         def ended() -> None:
             quitting = self.gapp.quit_after_apply
