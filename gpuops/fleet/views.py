@@ -553,22 +553,38 @@ def group_rows(
 
 @dataclass(frozen=True)
 class TenantRow:
-    """A team now: what it owns, what it uses (anywhere) and what of its own lies idle."""
+    """A team now: what it owns, what it uses (anywhere) and what of its own lies idle. A pool of
+    fleet.yaml has a row too (`pool` set, team `pool NAME`): its GPUs' idle capacity and waste are
+    the pool's, no longer the silo figures of the teams that bought them."""
 
     team: str
-    owned: int = 0  # GPUs it owns
-    unknown: int = 0  # of those, GPUs on nodes without current data
+    owned: int = 0  # GPUs it owns (bought), in its silo or in pools; a pool's row: its GPUs
+    unknown: int = 0  # of its silo's GPUs (a pool's: of its GPUs), those without current data
     used: float = 0.0  # GPU-equivalents holding its processes, on any team's GPUs
-    guaranteed: float = 0.0  # its silo GPUs + its pool guarantees (share x the pool's GPUs)
+    guaranteed: float = 0.0  # its silo GPUs + its pool guarantees; a pool's row: all it guarantees
     borrowed: float = 0.0  # of `used`, outside its silo and beyond its pool guarantees
     lent: float = 0.0  # its silo GPUs in use by other teams
-    idle: float = 0.0  # owned GPU-equivalents that are not busy (free MIG slices included)
-    waste: float = 0.0  # owned capacity minus the GPU-time delivered on it
+    idle: float = 0.0  # silo (a pool's row: pool) GPU-equivalents not busy, free MIG slices included
+    waste: float = 0.0  # silo (a pool's row: pool) capacity minus the GPU-time delivered on it
     gpu_time: float = 0.0  # utilization-weighted GPU-equivalents it uses now
     share: float = 0.0  # of the fleet's GPU-time now, 0..1
     memory_used: int = 0  # bytes its processes hold
     memory_owned: int = 0  # memory of the GPUs it owns
     processes: int = 0
+    silo: int = 0  # of `owned`, GPUs in no pool (a pool's row: its GPUs)
+    pool: str | None = None  # the pool's name, on a pool's row
+
+    @property
+    def pooled(self) -> int:
+        """GPUs it bought that are in pools now."""
+        return 0 if self.pool is not None else self.owned - self.silo
+
+
+POOL_ROW = "pool "  # a pool's row is team "pool NAME": no team name has a space
+
+
+def pool_row_name(pool: str) -> str:
+    return POOL_ROW + pool
 
 
 class _Acc:
@@ -612,8 +628,10 @@ def _process_memory(processes: Sequence[GpuProcess], fallback: int | None) -> li
 
 
 def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRow, ...]:
-    """One row per team (fleet.yaml's teams, owners and tenants seen), by team name."""
+    """One row per team (fleet.yaml's teams, owners and tenants seen), by team name, then one
+    per pool with GPUs seen, then the unowned."""
     acc: dict[str, _Acc] = {t: _Acc() for t in ownership.teams}
+    pools: dict[str, _Acc] = {}
 
     def get(team: str) -> _Acc:
         a = acc.get(team)
@@ -621,7 +639,6 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
             a = acc[team] = _Acc()
         return a
 
-    pool_sizes: dict[str, int] = {}
     for view in snapshot.nodes:
         current = view.sample is not None and view.state in (LIVE, STALE)
         gpus = view.sample.gpus if view.sample else (view.inventory.gpus if view.inventory else ())
@@ -630,21 +647,25 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
             pool = ownership.pool(view, gpu)
             o = get(owner)
             o.owned += 1
-            if pool is None:
-                o.silo += 1
-            else:
-                pool_sizes[pool] = pool_sizes.get(pool, 0) + 1
             o.memory_owned += _int(gpu.info.memory_total_bytes) or 0
+            # Who answers for this GPU's capacity (idle, waste, no data): its silo's team, or its pool.
+            if pool is None:
+                c = o
+            else:
+                c = pools.setdefault(pool, _Acc())
+                c.owned += 1
+                c.memory_owned += _int(gpu.info.memory_total_bytes) or 0
+            c.silo += 1
             if not current:
-                o.unknown += 1
+                c.unknown += 1
                 continue
             if gpu_lost(gpu):
-                o.idle += 1.0
-                o.waste += 1.0
+                c.idle += 1.0
+                c.waste += 1.0
                 continue
             tenants = [ownership.tenant(p, owner)[0] for p in gpu.processes]
             if mig_active(gpu):
-                _mig_usage(gpu, owner, pool is not None, tenants, get)
+                _mig_usage(gpu, owner, pool is not None, c, tenants, get)
                 continue
             s = gpu.sample
             util = _num(s.utilization_gpu_percent) if s else None
@@ -659,18 +680,20 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
                     a = get(t)
                     a.use(t, o, owner, pool is not None, w)
                     a.gpu_time += busy_time * w
-                o.waste += 1.0 - min(1.0, busy_time)
+                c.waste += 1.0 - min(1.0, busy_time)
             elif util is not None and util >= BUSY_PERCENT:
                 # Busy with processes we cannot see (no permission to list them): the owner's.
                 o.used += 1.0
                 o.gpu_time += util / 100.0
-                o.waste += 1.0 - min(1.0, util / 100.0)
+                c.waste += 1.0 - min(1.0, util / 100.0)
             else:
-                o.idle += 1.0
-                o.waste += 1.0 - min(1.0, (util or 0.0) / 100.0)
+                c.idle += 1.0
+                c.waste += 1.0 - min(1.0, (util or 0.0) / 100.0)
     total_time = sum(a.gpu_time for a in acc.values())
-    in_pools = ownership.fleet.pool_guarantees(pool_sizes) if ownership.fleet is not None else {}
-    return tuple(
+    fleet = ownership.fleet
+    sizes = {name: p.owned for name, p in pools.items()}
+    in_pools = fleet.pool_guarantees(sizes) if fleet is not None else {}
+    teams = [
         TenantRow(
             team=team,
             owned=a.owned,
@@ -686,12 +709,33 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
             memory_used=a.memory_used,
             memory_owned=a.memory_owned,
             processes=a.processes,
+            silo=a.silo,
         )
-        for team, a in sorted(acc.items(), key=lambda kv: (kv[0] == UNOWNED, kv[0]))
-    )
+        for team, a in sorted(acc.items())
+    ]
+    for name, p in sorted(pools.items()):
+        guarantees = fleet.pools[name].guarantees if fleet is not None and name in fleet.pools else {}
+        promised = sum(g.share for g in guarantees.values()) / 100.0 * p.owned
+        teams.append(
+            TenantRow(
+                team=pool_row_name(name),
+                owned=p.owned,
+                unknown=p.unknown,
+                guaranteed=round(promised, 6),
+                idle=round(p.idle, 6),
+                waste=round(p.waste, 6),
+                memory_owned=p.memory_owned,
+                silo=p.silo,
+                pool=name,
+            )
+        )
+    return tuple(sorted(teams, key=lambda r: (r.team == UNOWNED, r.pool is not None, r.team)))
 
 
-def _mig_usage(gpu: Gpu, owner: str, pooled: bool, tenants: list[str], get: Callable[[str], _Acc]) -> None:
+def _mig_usage(
+    gpu: Gpu, owner: str, pooled: bool, capacity: _Acc, tenants: list[str], get: Callable[[str], _Acc]
+) -> None:
+    """A MIG GPU's instances: their users' use, and free or unused slices as `capacity`'s idle."""
     assert gpu.mig is not None
     o = get(owner)
     samples = {m.gpu_instance_id: m for m in gpu.mig_samples}
@@ -701,8 +745,8 @@ def _mig_usage(gpu: Gpu, owner: str, pooled: bool, tenants: list[str], get: Call
         allocated += fraction
         procs = [(p, t) for p, t in zip(gpu.processes, tenants, strict=True) if p.gpu_instance_id == gi.id]
         if not procs:
-            o.idle += fraction
-            o.waste += fraction
+            capacity.idle += fraction
+            capacity.waste += fraction
             continue
         sample = samples.get(gi.id)
         memories = _process_memory([p for p, _ in procs], _int(sample.memory_used_bytes) if sample else None)
@@ -714,8 +758,8 @@ def _mig_usage(gpu: Gpu, owner: str, pooled: bool, tenants: list[str], get: Call
             a.use(t, o, owner, pooled, fraction * w)
             a.gpu_time += fraction * w
     free = max(0.0, 1.0 - allocated)
-    o.idle += free
-    o.waste += free
+    capacity.idle += free
+    capacity.waste += free
 
 
 TENANT_SORTS: dict[str, tuple[Callable[[TenantRow], object], bool]] = {

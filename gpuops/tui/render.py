@@ -35,6 +35,7 @@ MEM_STEPS: tuple[tuple[float, str, str], ...] = (
     (101.0, "#93b0ff", "#000000"),
 )
 NO_DATA = Style(bgcolor="#262626", color="#6c6c6c")
+POOL_COLOR = "#5fd7ff"  # a shared pool, wherever it is named (the Pool screen, :tenants, the grid)
 LOST_STYLE = Style(bgcolor="#a01010", color="#ffffff", bold=True)
 FREE_STYLE = Style(bgcolor="#1c1c1c", color="#808080", italic=True)
 SLICE_BUSY = Style(bgcolor="#4f9a35", color="#ffffff")

@@ -285,12 +285,17 @@ class TeamHeader(Static):
 
     @staticmethod
     def _chip(t: TenantRow) -> Text:
+        """A team: its silo's busy and idle capacity, what it borrows; a pool: the same of its GPUs."""
         chip = Text()
-        chip.append(t.team if t.team != UNOWNED else "unowned", style="bold #87afd7")
-        busy = max(0.0, t.owned - t.unknown - t.idle)
-        chip.append(f" {render.gpus(busy)}/{t.owned} busy")
+        name = t.team if t.team != UNOWNED else "unowned"
+        chip.append(name, style=f"bold {render.POOL_COLOR}" if t.pool is not None else "bold #87afd7")
+        if t.silo or not t.pooled:
+            busy = max(0.0, t.silo - t.unknown - t.idle)
+            chip.append(f" {render.gpus(busy)}/{t.silo} busy")
         if t.idle >= 0.05:
             chip.append(f" {render.gpus(t.idle)} idle", style="bold #ffd75f")
+        if t.pooled:
+            chip.append(f" {t.pooled} in pools", style="dim")
         if t.borrowed >= 0.05:
             chip.append(f" +{render.gpus(t.borrowed)} borrowed", style="#87d787")
         if t.unknown:

@@ -228,8 +228,12 @@ def test_mark_move_review_apply_and_see_the_new_layout(sim: Launched, tmp_path: 
         while app.feed.version == version:
             await pilot.pause(0.2)
         live = {r.team: r for r in app.feed.state.tenants}
-        assert live["robotics"].owned == 8 and live["robotics"].guaranteed == 6
-        assert sum(r.guaranteed for r in live.values()) == pytest.approx(48)  # 46 in silos, 2 in the pool
+        silo, pool = live["robotics"], live["pool shared"]
+        assert (silo.owned, silo.silo, silo.pooled, silo.guaranteed) == (8, 6, 2, 6)
+        assert silo.idle == 6  # its silo's idle GPUs; the two in the pool are the pool's
+        assert (pool.pool, pool.owned, pool.idle, pool.guaranteed) == ("shared", 2, 2, 2)
+        teams = [r for r in live.values() if r.pool is None]
+        assert sum(r.guaranteed for r in teams) == pytest.approx(48)  # 46 in silos, 2 in the pool
 
         # ... and one of them back to the silo: its limiter lines go with it
         table.move_to_key("sim-robotics-01:1")
@@ -248,6 +252,19 @@ def test_mark_move_review_apply_and_see_the_new_layout(sim: Launched, tmp_path: 
         gpus = rows(app, "#pool-gpus")
         assert [gpus[k][4] for k in robotics[:2]] == ["pool shared", "silo"]
         assert gpus[robotics[1]][9] == ""
+
+        # :tenants has the pool's row (one GPU now); Enter on it opens the Pool screen
+        await pilot.press("colon", *"tenants", "enter")
+        version = app.feed.version
+        while app.feed.version == version:
+            await pilot.pause(0.2)
+        await pilot.pause()
+        tenants = rows(app, "#tenants-table")
+        assert tenants["pool shared"][1] == "1" and tenants["robotics"][1] == "8"
+        app.screen.query_one("#tenants-table", LiveTable).move_to_key("pool shared")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen is screen
         await pilot.press("q")
 
     run(app, script)

@@ -30,6 +30,7 @@ from gpuops.fleet.views import (
 )
 from gpuops.tui import render
 from gpuops.tui.feed import Feed
+from gpuops.tui.widgets import TeamHeader
 from tests.tui.conftest import Clock
 
 
@@ -248,3 +249,17 @@ def test_pool_guarantees_are_not_borrowed_and_pool_gpus_not_lent(source: SimSour
         assert pooled[team].used == silos[team].used  # the same processes, counted the same
         assert pooled[team].borrowed == pytest.approx(max(0.0, silos[team].borrowed - guarantee))
     assert pooled["chat"].borrowed < silos["chat"].borrowed
+    # The pool's capacity is the pool's: its row has the idle MIG slices platform's silo had.
+    pool, platform = pooled["pool shared"], pooled["platform"]
+    assert (pool.pool, pool.owned, pool.silo, pool.guaranteed) == ("shared", 4, 4, 3.0)
+    before = silos["platform"]
+    assert (pool.idle, pool.waste) == (pytest.approx(before.idle), pytest.approx(before.waste))
+    assert (platform.silo, platform.pooled, platform.idle, platform.waste) == (0, 4, 0, 0)
+    assert pool.used == pool.gpu_time == pool.share == 0  # the use is the teams'
+    assert sum(r.share for r in pooled.values()) == pytest.approx(1.0)
+    order = list(pooled)  # teams by name, then the pools, then the unowned
+    assert order.index("pool shared") == len([t for t in order if t != "(unowned)"]) - 1
+    # The grid's chips: a team's silo and what it put in pools; the pool's own busy and idle.
+    assert TeamHeader._chip(platform).plain == "platform 4 in pools"
+    assert TeamHeader._chip(pool).plain.startswith("pool shared 2/4 busy 2 idle")
+    assert TeamHeader._chip(silos["platform"]).plain.startswith("platform 2/4 busy 2 idle")

@@ -27,13 +27,14 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 
 FIGURES: tuple[tuple[str, str], ...] = (
     ("busy", "a GPU at least 5% utilized or with a process; a MIG slice with a process"),
-    ("idle", "owned capacity that is not busy (free MIG slices included)"),
+    ("idle", "silo (or pool) capacity that is not busy (free MIG slices included)"),
     ("owned", "GPUs a team owns (fleet.yaml); '8 (2?)': 2 of them on nodes without current data"),
     ("used", "GPU-equivalents holding a team's processes, on any team's GPUs"),
     ("guaranteed", "a team's silo GPUs plus its pool guarantees (share x the pool's GPUs)"),
     ("borrowed", "what a team uses outside its silo beyond its pool guarantees"),
     ("GPU-time", "utilization-weighted GPU-equivalents: a GPU at 50% is 0.5"),
-    ("waste", "owned capacity minus the GPU-time delivered on it: the silo capacity to pool"),
+    ("waste", "silo capacity minus the GPU-time delivered on it: the silo capacity to pool"),
+    ("pool NAME", "a pool's row: its GPUs, what it guarantees, its idle capacity and waste"),
     ("age", "how old a node's last sample is; stale: older than 2 intervals"),
 )
 

@@ -77,7 +77,7 @@ GPU_COLUMNS = (
 )
 MARK = "●"
 CHANGED = "bold #ffd75f"
-POOL_STYLE = "#5fd7ff"
+POOL_STYLE = render.POOL_COLOR
 IDLE_STYLE = "#ffd75f"
 NO_FLEET = "the Pool screen needs a fleet.yaml: gpuops tui -f fleet.yaml (or gpuops demo)"
 MAX_MISSING = 3

@@ -125,8 +125,9 @@ class TenantsScreen(ViewScreen):
             return Text(render.gpus(value), style=style if value >= 0.05 else "")
 
         idle_style = "bold #ffd75f"
+        name = r.team if r.team != UNOWNED else "unowned"
         return (
-            Text(r.team if r.team != UNOWNED else "unowned", style="bold"),
+            Text(name, style=f"bold {render.POOL_COLOR}" if r.pool is not None else "bold"),
             str(r.owned) + (f" ({r.unknown}?)" if r.unknown else ""),
             num(r.guaranteed),
             num(r.used),
@@ -140,7 +141,7 @@ class TenantsScreen(ViewScreen):
             str(r.processes),
             Text(render.sparkline(history.values(r.team, "share"), TREND, 100.0), style="#87d787"),
             Text(
-                render.sparkline(history.values(r.team, "idle"), TREND, max(1.0, float(r.owned))),
+                render.sparkline(history.values(r.team, "idle"), TREND, max(1.0, float(r.silo))),
                 style="#ffd75f",
             ),
         )
@@ -154,14 +155,24 @@ class TenantsScreen(ViewScreen):
             return
         history = state.history
         head = Text()
-        head.append(row.team, style="bold #87afd7")
-        head.append(
-            f"  owns {row.owned} GPUs ({render.size(row.memory_owned)})"
-            f" · guaranteed {render.gpus(row.guaranteed)} · uses {render.gpus(row.used)}"
-            f" · borrows {render.gpus(row.borrowed)} · lends {render.gpus(row.lent)}"
-            f" · idle {render.gpus(row.idle)} · waste {render.gpus(row.waste)}"
-            f" · {row.processes} process{'es' if row.processes != 1 else ''}"
-        )
+        if row.pool is not None:
+            head.append(row.team, style=f"bold {render.POOL_COLOR}")
+            head.append(
+                f"  {render.count(row.owned, 'GPU')} ({render.size(row.memory_owned)})"
+                f" · guarantees {render.gpus(row.guaranteed)} to teams"
+                f" · idle {render.gpus(row.idle)} · waste {render.gpus(row.waste)}"
+                " · its teams' use is on their rows · Enter: the Pool screen"
+            )
+        else:
+            pooled = f", {row.pooled} of them in pools" if row.pooled else ""
+            head.append(row.team, style="bold #87afd7")
+            head.append(
+                f"  owns {row.owned} GPUs ({render.size(row.memory_owned)}{pooled})"
+                f" · guaranteed {render.gpus(row.guaranteed)} · uses {render.gpus(row.used)}"
+                f" · borrows {render.gpus(row.borrowed)} · lends {render.gpus(row.lent)}"
+                f" · idle {render.gpus(row.idle)} · waste {render.gpus(row.waste)}"
+                f" · {row.processes} process{'es' if row.processes != 1 else ''}"
+            )
         lines = [head]
         full = self.size.width - 4 >= 16 + 20 + 40
         width = max(10, self.size.width - 4 - 16 - (40 if full else 13))
@@ -192,4 +203,8 @@ class TenantsScreen(ViewScreen):
 
     @on(LiveTable.RowSelected)
     def _selected(self, event: LiveTable.RowSelected) -> None:
+        row = next((r for r in self.state.tenants if r.team == event.key), None) if self.state else None
+        if row is not None and row.pool is not None:
+            self.gapp.go("pool")
+            return
         self.gapp.go("gpus", filter_text=event.key)
