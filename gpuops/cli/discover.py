@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuops.cli import render
+from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
 from gpuops.core.codec import to_json
 from gpuops.core.mig.catalog import find_model
@@ -84,7 +85,7 @@ def register(app: typer.Typer) -> None:
             document["timestamp"] = sample.timestamp
             typer.echo(json.dumps(document, indent=2))
             return
-        print_node(Console(), node, sample)
+        print_node(CliConsole(), node, sample)
 
 
 def print_node(console: Console, node: Node, sample: NodeSample) -> None:

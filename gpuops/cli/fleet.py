@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
 from gpuops.cli import render
+from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
 from gpuops.core.codec import to_json
 from gpuops.core.units import UnitError, format_duration, parse_duration
@@ -140,7 +141,7 @@ def discover_fleet(fleet_file: Path, as_json: bool, timeout: float) -> None:
     if as_json:
         typer.echo(json.dumps(_json(snapshot, fleet), indent=2))
     else:
-        console = Console()
+        console = CliConsole()
         console.print(nodes_table(snapshot))
         console.print(teams_table(snapshot, fleet))
     if any(v.sample is None for v in snapshot.nodes):
@@ -170,7 +171,7 @@ async def run_live(fleet: Fleet, every: float) -> None:
     """Redraw the nodes and teams tables at the interval until cancelled (Ctrl-C)."""
     collector = Collector(node_targets(fleet), interval=every, max_handshakes=fleet.max_handshakes)
     collector.start()
-    console = Console()
+    console = CliConsole()
     try:
         with Live(console=console, auto_refresh=False, screen=False) as live:
             while True:

@@ -15,10 +15,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
 from gpuops.core.units import (
     UnitError,
@@ -226,7 +226,7 @@ def status(
         }
         typer.echo(json.dumps(doc, indent=2))
         return
-    console = Console(highlight=False)
+    console = CliConsole(highlight=False)
     console.print(
         f"limiter directory {escape(str(where))}: tenant table generation {generation}, {len(specs)} line(s)"
         + (f" [red]({escape(table_error)})[/]" if table_error else "")

@@ -12,10 +12,10 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
 from gpuops.core.mig.catalog import MODELS, GpuInstanceProfile, MigModel, find_model
 from gpuops.core.mig.placement import Placement, PlacementResult, slice_map, solve
@@ -233,7 +233,7 @@ def profiles_cmd(
         }
         typer.echo(json.dumps(doc, indent=2))
         return
-    console = Console(highlight=False)
+    console = CliConsole(highlight=False)
     pci = ", ".join(f"0x{i:08X}" for i in model.pci_device_ids)
     console.print(
         escape(
@@ -286,7 +286,7 @@ def profiles_cmd(
 @mig_app.command("models")
 def models_cmd() -> None:
     """List the MIG-capable GPU models, with the spellings and PCI ids that select them."""
-    console = Console(highlight=False)
+    console = CliConsole(highlight=False)
     table = Table(show_edge=False, pad_edge=False, box=box.SIMPLE_HEAD)
     for col in ("Model", "Arch", "mem/g slices", "PCI ids", "Aliases"):
         table.add_column(col, no_wrap=col != "Aliases")

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
 from gpuops.cli.fleet import load_or_fail
 from gpuops.fleet.targets import node_targets
@@ -36,7 +36,7 @@ EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 DEFAULT_PARALLEL = 10
 LOCALHOST = "localhost"  # the local node's name until its agent says its hostname
 
-_out = Console(highlight=False, soft_wrap=True)
+_out = CliConsole(highlight=False, soft_wrap=True)
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
 from gpuops.cli.fleet import load_or_fail
 from gpuops.core.history import History
@@ -26,7 +26,15 @@ from gpuops.core.units import format_bytes, parse_percent
 from gpuops.fleet.targets import node_targets
 from gpuops.spec import Fleet, dump_fleet, fleet_from_data
 from gpuops.spec.errors import SpecError
-from gpuops.tenancy.accounting import Evidence, WindowError, gather_evidence, parse_window, tenant_usage
+from gpuops.tenancy.accounting import (
+    Evidence,
+    PoolUsage,
+    WindowError,
+    gather_evidence,
+    parse_window,
+    pool_usage,
+    tenant_usage,
+)
 from gpuops.tenancy.gather import no_history, read_histories
 from gpuops.tenancy.rebalance import Options, Proposal, propose, proposed_fleet
 
@@ -44,7 +52,7 @@ COLUMNS = (
     "Memory",
     "Share",
 )
-_out = Console(highlight=False, soft_wrap=True)
+_out = CliConsole(highlight=False, soft_wrap=True)
 
 
 def _evidence(fleet: Fleet, window_text: str, parallel: int) -> Evidence:
@@ -78,16 +86,19 @@ def tenants_command(
     parallel: int = typer.Option(32, "--parallel", min=1, help="Nodes read at once."),
 ) -> None:
     """Per team over a window: GPUs owned, guaranteed, used (mean, p95, peak), borrowed, lent,
-    idle owned capacity, memory. Figures in GPUs' worth of GPU time."""
+    idle owned capacity, memory; then each pool as a whole (guaranteed, used, idle). Figures in
+    GPUs' worth of GPU time."""
     fleet = load_or_fail(fleet_file)
     evidence = _evidence(fleet, window, parallel)
     rows = tenant_usage(evidence, fleet)
+    pools = pool_usage(evidence, fleet)
     if as_json:
         document = {
             "window": evidence.window.text,
             "since": evidence.starts[0],
             "until": evidence.now,
             "tenants": [dataclasses.asdict(r) for r in rows],
+            "pools": [dataclasses.asdict(p) for p in pools],
             "gpus": [
                 {
                     "node": g.node,
@@ -129,7 +140,39 @@ def tenants_command(
             f"{r.share:.0%}",
         )
     _out.print(table)
+    if pools:
+        _out.print(_pools_table(pools, evidence.window.text))
     _warn_missing(evidence)
+
+
+def _pools_table(pools: tuple[PoolUsage, ...], window: str) -> Table:
+    """The pools as a whole: the teams' rows above count their use of pool GPUs, not the pools'
+    idle capacity."""
+    table = Table(title=f"Pools over {window} (GPUs' worth of GPU time)", title_justify="left")
+    for name, justify in (
+        ("Pool", "left"),
+        ("GPUs", "right"),
+        ("Policy", "left"),
+        ("Guaranteed", "right"),
+        ("Used", "right"),
+        ("p95", "right"),
+        ("Idle", "right"),
+        ("Used by", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for p in pools:
+        users = sorted(p.teams.items(), key=lambda kv: (-kv[1], kv[0]))
+        table.add_row(
+            p.pool,
+            str(p.gpus),
+            p.policy + ("" if p.borrowing else ", no borrowing"),
+            _gpus(p.guaranteed),
+            _gpus(p.used),
+            _gpus(p.p95),
+            _gpus(p.idle),
+            ", ".join(f"{t} {_gpus(v)}" for t, v in users) or "-",
+        )
+    return table
 
 
 def _proposal_json(p: Proposal) -> dict[str, Any]:

@@ -452,10 +452,60 @@ def team_sides(evidence: Evidence, fleet: Fleet, pool: str) -> tuple[TeamSide, .
     return tuple(rows)
 
 
+@dataclass(frozen=True)
+class PoolUsage:
+    """A pool over a window, as a whole (GPU-equivalents; means over the window's observed
+    buckets): what `gpuops tenants` prints under the teams."""
+
+    pool: str
+    gpus: int  # its GPUs seen in the evidence
+    policy: str
+    borrowing: bool
+    guaranteed: float  # to all teams: the sum of the shares x its GPUs
+    used: float  # mean GPU-time on its GPUs, whoever ran there
+    p95: float  # of that, per bucket
+    idle: float  # mean idle capacity of its GPUs
+    teams: dict[str, float]  # mean GPU-time per team on its GPUs (teams with any)
+
+
+def pool_usage(evidence: Evidence, fleet: Fleet) -> tuple[PoolUsage, ...]:
+    """One row per pool of `fleet`, in file order (membership as the evidence says: `repool`
+    first for another fleet.yaml)."""
+    seen = evidence.observed()
+    weights = [1.0 if s else 0.0 for s in seen]
+    rows = []
+    for name, entry in fleet.pools.items():
+        members = [g for g in evidence.gpus if g.pool == name]
+        used = [0.0] * len(evidence.starts)
+        idle = [0.0] * len(evidence.starts)
+        for g in members:
+            for i, (busy, observed) in enumerate(zip(g.busy, g.observed, strict=True)):
+                if observed > 0:
+                    used[i] += busy
+                    idle[i] += 1.0 - busy
+        teams = sorted({t for g in members for t in g.teams})
+        per_team = {t: round(weighted_mean(evidence.team_series(t, members), weights), 6) for t in teams}
+        rows.append(
+            PoolUsage(
+                pool=name,
+                gpus=len(members),
+                policy=entry.policy,
+                borrowing=entry.borrowing,
+                guaranteed=round(sum(g.share for g in entry.guarantees.values()) / 100.0 * len(members), 6),
+                used=round(weighted_mean(used, weights), 6),
+                p95=round(p95([u for u, s in zip(used, seen, strict=True) if s]), 6),
+                idle=round(weighted_mean(idle, weights), 6),
+                teams={t: v for t, v in per_team.items() if v > 0},
+            )
+        )
+    return tuple(rows)
+
+
 __all__ = [
     "WINDOWS",
     "Evidence",
     "GpuEvidence",
+    "PoolUsage",
     "TeamSide",
     "TenantUsage",
     "Window",
@@ -465,6 +515,7 @@ __all__ = [
     "parse_window",
     "pool_guarantees",
     "pool_sizes",
+    "pool_usage",
     "repool",
     "team_sides",
     "tenant_usage",

@@ -79,6 +79,21 @@ def test_rebalance_proposal_plans_applies_and_converges(fleet: Launched) -> None
     checked = gpuops("assert", str(proposed))
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
+    # `gpuops tenants` on the new file: the pool as a whole under the teams; the GPUs robotics
+    # put in the pool are no longer idle capacity of its silo
+    pooled = gpuops("tenants", "-f", str(proposed), "--window", "24h", "--json")
+    assert pooled.returncode == 0, pooled.stderr
+    usage = json.loads(pooled.stdout)
+    (pool,) = usage["pools"]
+    shares = sum(g.share for g in new.pools["shared"].guarantees.values())
+    assert pool["pool"] == "shared" and pool["gpus"] == len(moved) and pool["policy"] == "burst-share"
+    assert pool["guaranteed"] == pytest.approx(shares / 100 * len(moved), abs=1e-4)
+    assert pool["idle"] > 0.8 * len(moved) and pool["used"] < 0.2 * len(moved)  # idle GPUs were moved
+    robotics = next(r for r in usage["tenants"] if r["team"] == "robotics")
+    assert robotics["silo"] == 0 and robotics["idle_owned"] == 0
+    table = gpuops("tenants", "-f", str(proposed), "--window", "24h")
+    assert "Pools over 24h" in table.stdout and "burst-share" in table.stdout
+
     again = gpuops("rebalance", "-f", str(proposed), "--window", "24h", "--json")
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout)["moves"] == []

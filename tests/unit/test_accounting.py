@@ -91,7 +91,7 @@ def test_window_resolution() -> None:
 def test_team_sides_split_silo_and_pool_and_follow_a_new_fleet() -> None:
     """The Pool screen's per-team figures (silo and pool side by side) are accounting: computed
     here from evidence, and again after `repool` reads the members from another fleet.yaml."""
-    from gpuops.tenancy.accounting import TeamSide, repool, team_sides, weighted_mean
+    from gpuops.tenancy.accounting import TeamSide, pool_usage, repool, team_sides, weighted_mean
 
     fleet = parse_fleet(FLEET, "f.yaml")
     histories: dict[str, History | str] = {
@@ -122,6 +122,13 @@ def test_team_sides_split_silo_and_pool_and_follow_a_new_fleet() -> None:
     assert (sides["vision"].silo_gpus, sides["vision"].pool_gpus) == (1, 1)
     assert sides["speech"].guaranteed == 1.0  # 50% of a 2-GPU pool
     assert sides["speech"].pool_used == pytest.approx(0.725)
+    # the pool as a whole: a:1 and b:0, heidi (speech) the only one working there
+    (shared,) = pool_usage(again, moved)
+    assert (shared.pool, shared.gpus, shared.guaranteed) == ("shared", 2, 1.0)
+    assert shared.used == pytest.approx(0.725) and shared.p95 == pytest.approx(0.8)
+    assert shared.idle == pytest.approx(2 - 0.725) and shared.teams == {"speech": pytest.approx(0.725)}
+    (before,) = pool_usage(evidence, fleet)  # b:0 alone
+    assert (before.gpus, before.guaranteed) == (1, 0.5) and before.used == pytest.approx(0.6)
     assert weighted_mean([1.0, 3.0], [3.0, 1.0]) == 1.5 and weighted_mean([1.0], [0.0]) == 0.0
 
 
