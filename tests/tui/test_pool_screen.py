@@ -261,7 +261,13 @@ def test_mark_move_review_apply_and_see_the_new_layout(sim: Launched, tmp_path: 
         await pilot.pause()
         tenants = rows(app, "#tenants-table")
         assert tenants["pool shared"][1] == "1" and tenants["robotics"][1] == "8"
-        app.screen.query_one("#tenants-table", LiveTable).move_to_key("pool shared")
+        await pilot.press("N")  # by name: platform, then the pool's row
+        app.screen.query_one("#tenants-table", LiveTable).move_to_key("platform")
+        await pilot.press("down")
+        await pilot.pause()
+        panel = text_of(app.screen.query_one("#tenant-panel", Static))
+        assert "pool shared  1 GPU " in panel and "guarantees" in panel, panel
+        assert "idle owned" in panel and "GPU-time share" not in panel, panel  # its capacity only
         await pilot.press("enter")
         await pilot.pause()
         assert app.screen is screen

@@ -41,11 +41,13 @@ TREND = 22
 PANEL: tuple[tuple[str, str, str, float | None], ...] = (
     ("share", "GPU-time share", "percent", 100.0),
     ("memory", "memory held", "bytes", None),
-    ("owned", "GPUs owned", "gpus", None),
+    ("owned", "GPUs owned", "gpus", None),  # a pool's row: its GPUs
     ("used", "GPUs used", "gpus", None),
     ("idle", "idle owned", "gpus", None),
     ("waste", "waste", "gpus", None),
 )
+
+POOL_SERIES = ("owned", "idle", "waste")
 
 
 def _fmt(kind: str, value: float) -> str:
@@ -177,7 +179,9 @@ class TenantsScreen(ViewScreen):
         full = self.size.width - 4 >= 16 + 20 + 40
         width = max(10, self.size.width - 4 - 16 - (40 if full else 13))
         points = history.points
-        for series, title, kind, top in PANEL:
+        # A pool uses nothing itself (its teams do, on their rows): its capacity only.
+        panel_rows = [p for p in PANEL if row.pool is None or p[0] in POOL_SERIES]
+        for series, title, kind, top in panel_rows:
             values = history.values(row.team, series)
             # Figures on the scale of what the team owns: a flat line is not always a full bar.
             scale = float(row.memory_owned) if series == "memory" else float(row.owned)
