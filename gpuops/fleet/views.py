@@ -89,8 +89,10 @@ class Ownership:
         key = (view.name, info.index, info.uuid, info.name)
         cache = self._pools
         if key not in cache:
-            known = any(n.name == view.name for n in fleet.nodes)
-            cache[key] = fleet.pool_of(*key) if known else None
+            try:
+                cache[key] = fleet.pool_of(*key)
+            except KeyError:  # a node fleet.yaml does not list (a local view): in no pool
+                cache[key] = None
         return cache[key]
 
     def tenant(
