@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.fleet.collector import (
@@ -51,8 +51,10 @@ from gpuops.fleet.views import (
     fleet_status,
     tenant_rows,
 )
-from gpuops.spec import Fleet
 from gpuops.tenancy.attribution import UNATTRIBUTED, default_chain
+
+if TYPE_CHECKING:
+    from gpuops.spec import Fleet
 
 MIN_PERIOD = 0.25  # the screens redraw at most 4 times a second, whatever the sampling interval
 ATTRIBUTION = "attribution"  # the kind of the events that are attribution warnings
