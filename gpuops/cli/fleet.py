@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,11 @@ from gpuops.cli import render
 from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
 from gpuops.core.codec import to_json
+from gpuops.core.model import Gpu
 from gpuops.core.units import UnitError, format_duration, parse_duration
 from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, Collector, FleetSnapshot
 from gpuops.fleet.ssh import run
-from gpuops.fleet.summary import node_summary, team_summaries
+from gpuops.fleet.summary import TeamSummary, node_summary, team_summaries
 from gpuops.fleet.targets import node_targets
 from gpuops.spec import Fleet, SpecError, load_fleet
 
@@ -52,17 +54,34 @@ def _teams(fleet: Fleet) -> list[str]:
     return sorted(fleet.teams)
 
 
+def _pool_of(fleet: Fleet) -> Callable[[str, Gpu], str | None]:
+    def pool_of(node: str, gpu: Gpu) -> str | None:
+        try:
+            return fleet.pool_of(node, gpu.info.index, gpu.info.uuid, gpu.info.name)
+        except KeyError:
+            return None
+
+    return pool_of
+
+
+def _team_rows(snapshot: FleetSnapshot, fleet: Fleet) -> list[TeamSummary]:
+    return team_summaries(snapshot, fleet.gpu_owner, _teams(fleet), _pool_of(fleet) if fleet.pools else None)
+
+
 def teams_table(snapshot: FleetSnapshot, fleet: Fleet) -> Table:
     table = Table(title="Teams", title_justify="left")
-    for column in ("Team", "Nodes", "GPUs owned", "Busy", "Idle", "No data", "Memory used", "Procs"):
+    pools = bool(fleet.pools)
+    columns = ("Team", "Nodes", "GPUs owned", *(("In pools",) if pools else ()), "Busy", "Idle")
+    for column in (*columns, "No data", "Memory used", "Procs"):
         table.add_column(
             column, no_wrap=True, justify="left" if column == "Team" else "right", min_width=len(column)
         )
-    for row in team_summaries(snapshot, fleet.gpu_owner, _teams(fleet)):
+    for row in _team_rows(snapshot, fleet):
         table.add_row(
             row.team,
             str(row.nodes),
             str(row.gpus_owned),
+            *((str(row.gpus_pooled),) if pools else ()),
             str(row.gpus_busy),
             f"[bold yellow]{row.gpus_idle}[/]" if row.gpus_idle else "0",
             str(row.gpus_unknown) if row.gpus_unknown else "",
@@ -122,7 +141,7 @@ def _json(snapshot: FleetSnapshot, fleet: Fleet) -> dict[str, Any]:
             }
             for v in snapshot.nodes
         ],
-        "teams": [to_json(t) for t in team_summaries(snapshot, fleet.gpu_owner, _teams(fleet))],
+        "teams": [to_json(t) for t in _team_rows(snapshot, fleet)],
     }
 
 

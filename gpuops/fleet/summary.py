@@ -38,11 +38,12 @@ class TeamSummary:
     nodes: int  # nodes the team owns
     gpus_owned: int
     gpus_busy: int  # of those it owns
-    gpus_idle: int  # owned and not busy: the silo capacity that could be pooled
+    gpus_idle: int  # owned, in its silo and not busy: the silo capacity that could be pooled
     gpus_unknown: int  # owned but on nodes without data
     memory_used_bytes: int
     memory_total_bytes: int
     processes: int
+    gpus_pooled: int = 0  # owned and in a pool of fleet.yaml: shared, neither busy nor idle here
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,13 @@ def node_summary(view: NodeView, now: float) -> NodeSummary:
 
 
 def team_summaries(
-    snapshot: FleetSnapshot, gpu_owner: Callable[[str, int], str | None], teams: list[str]
+    snapshot: FleetSnapshot,
+    gpu_owner: Callable[[str, int], str | None],
+    teams: list[str],
+    pool_of: Callable[[str, Gpu], str | None] | None = None,
 ) -> list[TeamSummary]:
-    """One row per team of fleet.yaml (and one for unowned GPUs, if any), by team name."""
+    """One row per team of fleet.yaml (and one for unowned GPUs, if any), by team name. A GPU in
+    a pool (`pool_of`) counts as its owner's, pooled: not busy or idle silo capacity."""
     acc: dict[str, dict[str, int]] = {t: {} for t in teams}
     node_owners: dict[str, set[str]] = {}
     for view in snapshot.nodes:
@@ -105,6 +110,9 @@ def team_summaries(
             team = gpu_owner(view.name, gpu.info.index) or UNOWNED
             row = acc.setdefault(team, {})
             row["owned"] = row.get("owned", 0) + 1
+            if pool_of is not None and pool_of(view.name, gpu) is not None:
+                row["pooled"] = row.get("pooled", 0) + 1
+                continue
             if view.sample is None or view.state not in ("live", "stale"):
                 row["unknown"] = row.get("unknown", 0) + 1
                 continue
@@ -126,6 +134,7 @@ def team_summaries(
             memory_used_bytes=row.get("mem_used", 0),
             memory_total_bytes=row.get("mem_total", 0),
             processes=row.get("processes", 0),
+            gpus_pooled=row.get("pooled", 0),
         )
         for team, row in sorted(acc.items())
     ]

@@ -16,7 +16,7 @@ from tests.sshtest.sshd import Sshd, free_port
 pytestmark = pytest.mark.usefixtures("sshtest_leak_check")
 
 
-def _fleet_yaml(tmp_path: Path, server: Sshd, extra_node_port: int | None = None) -> Path:
+def _fleet_yaml(tmp_path: Path, server: Sshd, extra_node_port: int | None = None, pools: str = "") -> Path:
     text = f"""\
 version: 1
 ssh:
@@ -44,7 +44,7 @@ nodes:
     owner: research
 """
     path = tmp_path / "fleet.yaml"
-    path.write_text(text)
+    path.write_text(text + pools)
     return path
 
 
@@ -78,6 +78,23 @@ def test_discover_json_and_a_dead_node(sshd_loopback: Sshd, tmp_path: Path) -> N
     teams = {t["team"]: t for t in document["teams"]}
     assert teams["vision"]["gpus_owned"] == 4 and teams["research"]["gpus_owned"] == 4
     assert teams["vision"]["gpus_busy"] + teams["vision"]["gpus_idle"] == 4
+    assert teams["vision"]["gpus_pooled"] == 0
+
+
+def test_discover_counts_pooled_gpus_apart(sshd_loopback: Sshd, tmp_path: Path) -> None:
+    """Two of research's GPUs in a pool: still research's (owned), but shared, so neither its
+    busy nor its idle silo capacity."""
+    pools = "pools:\n  shared:\n    gpus: [{nodes: gpu-a-01, gpus: '6-7'}]\n"
+    fleet = _fleet_yaml(tmp_path, sshd_loopback, pools=pools)
+    result = _gpuops("discover", "-f", str(fleet), "--json")
+    assert result.returncode == 0, result.stderr
+    teams = {t["team"]: t for t in json.loads(result.stdout)["teams"]}
+    research = teams["research"]
+    assert research["gpus_owned"] == 4 and research["gpus_pooled"] == 2
+    assert research["gpus_busy"] + research["gpus_idle"] + research["gpus_unknown"] == 2
+    assert teams["vision"]["gpus_pooled"] == 0
+    table = _gpuops("discover", "-f", str(fleet))
+    assert "In pools" in table.stdout, table.stdout
 
 
 def test_status_once(sshd_loopback: Sshd, tmp_path: Path) -> None:
