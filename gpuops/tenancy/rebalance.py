@@ -580,8 +580,20 @@ def _carve(
             notes.append(f"{g.label()} keeps limiter shares: {mig}")
         caps, short = _caps(g, shares, caps_need)
         for team in short:
+            need = format_bytes(caps_need[team])
+            if caps_need[team] > g.memory_total:  # no neighbour is to blame: the card is too small
+                notes.append(
+                    f"{g.label()}: {team}'s memory need ({need}) is more than the whole card "
+                    f"({format_bytes(g.memory_total)}); its work that needs more cannot run there"
+                    + (
+                        f"; its cap is {format_bytes(caps[team])}"
+                        if team in caps and caps[team] < g.memory_total
+                        else ""
+                    )
+                )
+                continue
             notes.append(
-                f"{g.label()}: {team}'s memory need ({format_bytes(caps_need[team])}) does not fit next to "
+                f"{g.label()}: {team}'s memory need ({need}) does not fit next to "
                 f"what the others are capped at and what is held there; its cap is "
                 f"{format_bytes(caps.get(team, g.memory_total))}"
             )

@@ -183,3 +183,29 @@ def test_fixed_share_spreads_guarantees_burst_share_packs_them() -> None:
             assert shares == [{"vision": 50, "robotics": 25}] * 4
         else:
             assert shares == [{"vision": 100}, {"vision": 100}, {"robotics": 100}, {}]
+
+
+def test_a_memory_need_larger_than_the_card_is_said_plainly() -> None:
+    """vision's processes need 76 GiB (80 GiB cards at home); the pool has 40 GiB cards only: the
+    note blames the card's size, not neighbours or held memory (there are none)."""
+    fleet = parse_fleet(FLEET)
+    use = {("n1", 0): {}, ("n1", 1): {}, ("n2", 0): {"vision": 0.97}, ("n2", 1): {"vision": 0.97}}
+    plain = steady_evidence(fleet, use)
+    gpus = tuple(
+        dataclasses.replace(
+            g,
+            name=A100 if g.node == "n1" else g.name,
+            memory_total=40 * GIB if g.node == "n1" else 80 * GIB,
+            process_p95={"vision": 76 * GIB} if g.node == "n2" else {},
+        )
+        for g in plain.gpus
+    )
+    proposal = propose(fleet, dataclasses.replace(plain, gpus=gpus), Options())
+    assert {(m.node, m.index) for m in proposal.moves} == {("n1", 0), ("n1", 1)}
+    notes = [n for n in proposal.notes if "memory need" in n]
+    assert notes == [
+        f"n1:{i}: vision's memory need (76GiB) is more than the whole card (40GiB); its work that needs "
+        "more cannot run there"
+        for i in (0, 1)
+    ], proposal.notes
+    assert all("next to what the others are capped at" not in n for n in proposal.notes)
