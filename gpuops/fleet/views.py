@@ -450,6 +450,7 @@ class Totals:
     busy: int = 0
     idle: int = 0
     unknown: int = 0  # GPUs without current data
+    slices_idle: float = 0.0  # GPU-equivalents of idle MIG slices (and free capacity) on busy GPUs
     util: float | None = None  # mean of reporting GPUs
     memory_used: int = 0
     memory_total: int = 0
@@ -461,13 +462,14 @@ class Totals:
 
 
 def totals(rows: Sequence[NodeRow]) -> Totals:
-    util_sum = 0.0
+    util_sum = slices_idle = 0.0
     util_n = gpus = busy = idle = unknown = used = total = procs = 0
     for r in rows:
         gpus += r.gpus
         if r.has_data:
             busy += r.busy
             idle += r.idle
+            slices_idle += _idle_slices_on_busy_gpus(r.cells)
             for c in r.cells:
                 if c.util is not None:
                     util_sum += c.util
@@ -483,11 +485,26 @@ def totals(rows: Sequence[NodeRow]) -> Totals:
         busy=busy,
         idle=idle,
         unknown=unknown,
+        slices_idle=round(slices_idle, 6),
         util=util_sum / util_n if util_n else None,
         memory_used=used,
         memory_total=total,
         processes=procs,
     )
+
+
+def _idle_slices_on_busy_gpus(cells: Sequence[Cell]) -> float:
+    """A MIG GPU with one busy slice counts as busy; what its idle slices and free capacity are
+    worth still is (the team chips count it idle, in GPU-equivalents)."""
+    idle: dict[int, float] = {}
+    busy: set[int] = set()
+    for c in cells:
+        if c.kind in (SLICE, FREE):
+            if c.busy:
+                busy.add(c.gpu)
+            else:
+                idle[c.gpu] = idle.get(c.gpu, 0.0) + c.fraction
+    return sum(v for gpu, v in idle.items() if gpu in busy)
 
 
 @dataclass(frozen=True)

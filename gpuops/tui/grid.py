@@ -192,6 +192,8 @@ def _header_segments(group: Group, by: str) -> list[Segment]:
     text += f"{render.count(t.gpus, 'GPU')} · {t.busy} busy · "
     parts.append(Segment(text, HEADER_DIM))
     parts.append(Segment(f"{t.idle} idle", HEADER_IDLE if t.idle else HEADER_DIM))
+    if t.slices_idle >= 0.05:
+        parts.append(Segment(f" (+{render.gpus(t.slices_idle)} in idle MIG slices)", HEADER_IDLE))
     tail = f" · util {render.percent(t.util)} · mem {render.share(t.memory_used, t.memory_total)}"
     if t.unknown:
         tail += f" · {t.unknown} without data"

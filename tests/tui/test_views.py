@@ -263,3 +263,15 @@ def test_pool_guarantees_are_not_borrowed_and_pool_gpus_not_lent(source: SimSour
     assert TeamHeader._chip(platform).plain == "platform 4 in pools"
     assert TeamHeader._chip(pool).plain.startswith("pool shared 2/4 busy 2 idle")
     assert TeamHeader._chip(silos["platform"]).plain.startswith("platform 2/4 busy 2 idle")
+
+
+def test_team_header_and_chip_agree_on_idle_mig_slices(source: SimSource, clock: Clock) -> None:
+    """platform's 4 MIG GPUs all have a busy slice (4 busy GPUs in the group header), and idle
+    slices worth what its chip counts idle: the header says so."""
+    snapshot, ownership = source.snapshot(clock()), source.ownership()
+    groups = {g.team: g for g in group_rows(node_rows(snapshot, ownership), BY_TEAM)}
+    platform = groups["platform"].totals
+    assert (platform.gpus, platform.busy, platform.idle) == (4, 4, 0)
+    chip = _tenants(source, clock())["platform"]
+    assert platform.slices_idle == pytest.approx(chip.idle) and chip.idle > 1
+    assert groups["robotics"].totals.slices_idle == 0  # whole GPUs: their idle ones are counted idle
