@@ -39,11 +39,12 @@ class TeamSummary:
     gpus_owned: int
     gpus_busy: int  # of those it owns
     gpus_idle: int  # owned, in its silo and not busy: the silo capacity that could be pooled
-    gpus_unknown: int  # owned but on nodes without data
+    gpus_unknown: int  # owned, in its silo, but on nodes without data
     memory_used_bytes: int
     memory_total_bytes: int
     processes: int
     gpus_pooled: int = 0  # owned and in a pool of fleet.yaml: shared, neither busy nor idle here
+    # (memory and processes count every GPU it owns: what its cards hold, whoever runs there)
 
 
 @dataclass(frozen=True)
@@ -110,15 +111,17 @@ def team_summaries(
             team = gpu_owner(view.name, gpu.info.index) or UNOWNED
             row = acc.setdefault(team, {})
             row["owned"] = row.get("owned", 0) + 1
-            if pool_of is not None and pool_of(view.name, gpu) is not None:
+            pooled = pool_of is not None and pool_of(view.name, gpu) is not None
+            if pooled:
                 row["pooled"] = row.get("pooled", 0) + 1
-                continue
             if view.sample is None or view.state not in ("live", "stale"):
-                row["unknown"] = row.get("unknown", 0) + 1
+                if not pooled:
+                    row["unknown"] = row.get("unknown", 0) + 1
                 continue
-            busy = gpu_busy(gpu)
-            row["busy"] = row.get("busy", 0) + int(busy)
-            row["idle"] = row.get("idle", 0) + int(not busy)
+            if not pooled:  # a pooled GPU is shared: its work is no sign of its owner's use
+                busy = gpu_busy(gpu)
+                row["busy"] = row.get("busy", 0) + int(busy)
+                row["idle"] = row.get("idle", 0) + int(not busy)
             row["processes"] = row.get("processes", 0) + len(gpu.processes)
             if gpu.sample is not None:
                 row["mem_used"] = row.get("mem_used", 0) + _int(gpu.sample.memory_used_bytes)

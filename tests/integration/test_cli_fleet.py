@@ -92,6 +92,13 @@ def test_discover_counts_pooled_gpus_apart(sshd_loopback: Sshd, tmp_path: Path) 
     research = teams["research"]
     assert research["gpus_owned"] == 4 and research["gpus_pooled"] == 2
     assert research["gpus_busy"] + research["gpus_idle"] + research["gpus_unknown"] == 2
+    (tmp_path / "silos").mkdir()
+    silos = _fleet_yaml(tmp_path / "silos", sshd_loopback)
+    alone = {
+        t["team"]: t for t in json.loads(_gpuops("discover", "-f", str(silos), "--json").stdout)["teams"]
+    }
+    # what its cards hold is counted all the same (memory, processes)
+    assert research["memory_total_bytes"] == alone["research"]["memory_total_bytes"] > 0
     assert teams["vision"]["gpus_pooled"] == 0
     table = _gpuops("discover", "-f", str(fleet))
     assert "In pools" in table.stdout, table.stdout
