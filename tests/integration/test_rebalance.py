@@ -70,6 +70,15 @@ def test_rebalance_proposal_plans_applies_and_converges(fleet: Launched) -> None
     assert new.gpu_owner("sim-robotics-01", 3) == "robotics"  # a pooled GPU keeps its owner
     assert sum(g.share for g in new.pools["shared"].guarantees.values()) <= 100.01
 
+    # Planning again on its own output proposes nothing. Asked before the apply: once applied, the
+    # simulated queue starts work on the pool within seconds, and that is new evidence.
+    again = gpuops("rebalance", "-f", str(proposed), "--window", "24h", "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(again.stdout)["moves"] == []
+    recarve = gpuops("rebalance", "-f", str(proposed), "--window", "24h", "--no-moves")
+    assert recarve.returncode == 0, recarve.stdout + recarve.stderr
+    assert recarve.stdout.startswith("no moves (none asked for): guarantees and carving of pool shared's")
+
     plan = gpuops("plan", str(proposed), "--json")
     assert plan.returncode == 2, plan.stdout + plan.stderr
     kinds = {a["kind"] for n in json.loads(plan.stdout)["nodes"] for g in n["gpus"] for a in g["actions"]}
@@ -93,13 +102,6 @@ def test_rebalance_proposal_plans_applies_and_converges(fleet: Launched) -> None
     assert robotics["silo"] == 0 and robotics["idle_owned"] == 0
     table = gpuops("tenants", "-f", str(proposed), "--window", "24h")
     assert "Pools over 24h" in table.stdout and "burst-share" in table.stdout
-
-    again = gpuops("rebalance", "-f", str(proposed), "--window", "24h", "--json")
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert json.loads(again.stdout)["moves"] == []
-    recarve = gpuops("rebalance", "-f", str(proposed), "--window", "24h", "--no-moves")
-    assert recarve.returncode == 0, recarve.stdout + recarve.stderr
-    assert recarve.stdout.startswith("no moves (none asked for): guarantees and carving of pool shared's")
 
 
 def test_no_moves_moves_nothing(fleet: Launched) -> None:
