@@ -231,7 +231,8 @@ def test_mark_move_review_apply_and_see_the_new_layout(sim: Launched, tmp_path: 
         silo, pool = live["robotics"], live["pool shared"]
         assert (silo.owned, silo.silo, silo.pooled, silo.guaranteed) == (8, 6, 2, 6)
         assert silo.idle == 6  # its silo's idle GPUs; the two in the pool are the pool's
-        assert (pool.pool, pool.owned, pool.idle, pool.guaranteed) == ("shared", 2, 2, 2)
+        assert (pool.pool, pool.owned, pool.guaranteed) == ("shared", 2, 2)
+        assert 0 <= pool.idle <= 2  # the simulated queue may already run work there
         teams = [r for r in live.values() if r.pool is None]
         assert sum(r.guaranteed for r in teams) == pytest.approx(48)  # 46 in silos, 2 in the pool
 
