@@ -48,7 +48,7 @@ COLUMNS = (
     "Peak",
     "Borrowed",
     "Lent",
-    "Idle owned",
+    "Idle silo",
     "Memory",
     "Share",
 )
@@ -86,7 +86,7 @@ def tenants_command(
     parallel: int = typer.Option(32, "--parallel", min=1, help="Nodes read at once."),
 ) -> None:
     """Per team over a window: GPUs owned, guaranteed, used (mean, p95, peak), borrowed, lent,
-    idle owned capacity, memory; then each pool as a whole (guaranteed, used, idle). Figures in
+    idle capacity of its silo, memory; then each pool as a whole (guaranteed, used, idle). Figures in
     GPUs' worth of GPU time."""
     fleet = load_or_fail(fleet_file)
     evidence = _evidence(fleet, window, parallel)

@@ -268,7 +268,7 @@ def test_mark_move_review_apply_and_see_the_new_layout(sim: Launched, tmp_path: 
         await pilot.pause()
         panel = text_of(app.screen.query_one("#tenant-panel", Static))
         assert "pool shared  1 GPU " in panel and "guarantees" in panel, panel
-        assert "idle owned" in panel and "GPU-time share" not in panel, panel  # its capacity only
+        assert "idle capacity" in panel and "GPU-time share" not in panel, panel  # its capacity only
         await pilot.press("enter")
         await pilot.pause()
         assert app.screen is screen

@@ -43,7 +43,7 @@ PANEL: tuple[tuple[str, str, str, float | None], ...] = (
     ("memory", "memory held", "bytes", None),
     ("owned", "GPUs owned", "gpus", None),  # a pool's row: its GPUs
     ("used", "GPUs used", "gpus", None),
-    ("idle", "idle owned", "gpus", None),
+    ("idle", "idle capacity", "gpus", None),
     ("waste", "waste", "gpus", None),
 )
 
@@ -70,7 +70,7 @@ class TenantsScreen(ViewScreen):
         "N": ("name", "team name"),
         "O": ("owned", "GPUs owned"),
         "U": ("used", "GPUs used"),
-        "I": ("idle", "idle owned GPUs"),
+        "I": ("idle", "idle capacity of its silo (a pool: of the pool)"),
         "B": ("borrowed", "GPUs borrowed: used outside its silo beyond its pool guarantees"),
         "S": ("share", "share of the fleet's GPU-time now"),
         "M": ("memory", "memory held"),
