@@ -110,6 +110,17 @@ class _NodeRecord:
         self.silence: asyncio.Future[None] | None = None
 
 
+async def wait_and_clear(event: asyncio.Event, timeout: float | None) -> bool:
+    """A fleet source's `wait_changed`: until `event` is set (then cleared for the next change);
+    False on timeout."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except TimeoutError:
+        return False
+    event.clear()
+    return True
+
+
 class Collector:
     def __init__(
         self,
@@ -171,12 +182,7 @@ class Collector:
 
     async def wait_changed(self, timeout: float | None = None) -> bool:
         """Wait until some node's data or state changes; False on timeout."""
-        try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
-        except TimeoutError:
-            return False
-        self._changed.clear()
-        return True
+        return await wait_and_clear(self._changed, timeout)
 
     async def discover(self, timeout: float) -> FleetSnapshot:
         """Wait until every node has answered once or failed its first attempt (or timeout)."""

@@ -15,7 +15,15 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from gpuops.fleet.collector import CONNECTING, LIVE, MAX_EVENTS, FleetEvent, FleetSnapshot, NodeView
+from gpuops.fleet.collector import (
+    CONNECTING,
+    LIVE,
+    MAX_EVENTS,
+    FleetEvent,
+    FleetSnapshot,
+    NodeView,
+    wait_and_clear,
+)
 from gpuops.fleet.simfleet import SimFleetPlan, build_fleet
 from gpuops.fleet.views import Ownership
 from gpuops.node.backends.sim import SimBackend
@@ -105,12 +113,7 @@ class SimSource:
     async def wait_changed(self, timeout: float | None = None) -> bool:
         if self._changed is None:
             self._changed = asyncio.Event()
-        try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
-        except TimeoutError:
-            return False
-        self._changed.clear()
-        return True
+        return await wait_and_clear(self._changed, timeout)
 
     # ---- playing the fleet ---------------------------------------------------------------------
 

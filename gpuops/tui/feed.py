@@ -39,6 +39,7 @@ from gpuops.fleet.collector import (
     FleetEvent,
     FleetSnapshot,
     NodeView,
+    wait_and_clear,
 )
 from gpuops.fleet.summary import UNOWNED
 from gpuops.fleet.views import (
@@ -159,12 +160,7 @@ class LocalSource:
         return tuple(self._events)
 
     async def wait_changed(self, timeout: float | None = None) -> bool:
-        try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
-        except TimeoutError:
-            return False
-        self._changed.clear()
-        return True
+        return await wait_and_clear(self._changed, timeout)
 
     def _update(self, **changes: object) -> None:
         old = self.view
