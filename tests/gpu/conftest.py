@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
 
-
-def _has_gpu() -> bool:
-    if shutil.which("nvidia-smi") is None:
-        return False
-    try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+from tests.gpu.torchlab import has_gpu as _has_gpu
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
