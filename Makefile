@@ -54,7 +54,7 @@ GPU_PYTHON ?= $(if $(wildcard $(STAMP)),$(BIN)/python,python3)
 gpu-test: native
 	@if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then \
 		echo "gpu-test: no NVIDIA GPU on this machine; nothing to run (exit 0)"; exit 0; fi; \
-	set -x; PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) -m pytest -q -m gpu tests/gpu
+	set -x; PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) -m pytest -q -m gpu $(PYTEST_ARGS) tests/gpu
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

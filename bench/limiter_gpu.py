@@ -28,57 +28,142 @@ from tests.gpu import torchlab  # noqa: E402
 GIB = torchlab.GIB
 
 
-def measure(seconds: float) -> dict[str, Any]:
+MEASURES = ("memory-default", "memory-expandable", "shares", "overhead")
+ENGINE_NAMES = {"gpuops": "gpuops", "hami": "HAMi-core"}
+HAMI_LIB = ROOT / ".hami" / "libvgpu.so"
+
+
+def result_name(engine: str, measure: str) -> str:
+    return measure if engine == "gpuops" else f"{engine}-{measure}"
+
+
+def measure(seconds: float, engine: str = "gpuops", only: tuple[str, ...] = MEASURES) -> dict[str, Any]:
+    """The figures of each measure in only, each written as JSON as soon as it is taken (a
+    later one may hang and be killed). A worker that fails is a figure too for HAMi-core: its
+    error is recorded in place of the figures; for gpuops it stops the run."""
     python = torchlab.find_torch_python()
-    lib = torchlab.build_library()
-    figures: dict[str, Any] = {
-        "environment": {
-            "gpu": torchlab.gpu_info(),
-            "python": python.path,
-            "torch": python.torch,
-            "cuda": python.cuda,
-        }
+    if engine == "gpuops":
+        lib = torchlab.build_library()
+    else:
+        lib = HAMI_LIB
+        if not lib.is_file():
+            raise torchlab.Unavailable(f"no {lib}: run scripts/hami-core.sh first")
+    figures: dict[str, Any] = {}
+    environment = {
+        "gpu": torchlab.gpu_info(),
+        "python": python.path,
+        "torch": python.torch,
+        "cuda": python.cuda,
+    }
+    if engine == "hami":
+        environment["hami_commit"] = (
+            (lib.parent / "COMMIT").read_text().strip() if (lib.parent / "COMMIT").is_file() else None
+        )
+    torchlab.write_result(result_name(engine, "environment"), environment)
+    figures["environment"] = environment
+    runs: dict[str, Any] = {
+        "memory-default": lambda n: torchlab.measure_memory(n, torchlab.memory_cap(), None),
+        "memory-expandable": lambda n: torchlab.measure_memory(
+            n, torchlab.memory_cap(), "expandable_segments:True"
+        ),
+        "shares": lambda n: torchlab.measure_shares(n, seconds=seconds),
+        "overhead": torchlab.measure_overhead,
     }
     with tempfile.TemporaryDirectory(prefix="gpuops-limiter-gpu-") as tmp:
-        cap = torchlab.memory_cap()
-        for name, conf in (("memory-default", None), ("memory-expandable", "expandable_segments:True")):
-            print(f"{name} ...", flush=True)
-            node = torchlab.Node(Path(tmp) / name, python.path, lib)
+        for name in only:
+            print(f"{ENGINE_NAMES[engine]} {name} ...", flush=True)
+            node = torchlab.Node(Path(tmp) / name, python.path, lib, engine=engine)
             try:
-                figures[name] = torchlab.measure_memory(node, cap, conf)
+                figures[name] = runs[name](node)
+            except torchlab.WorkerError as exc:
+                if engine == "gpuops":
+                    raise
+                figures[name] = {"error": str(exc)}
             finally:
                 node.close()
-        for name, run in (
-            ("shares", lambda n: torchlab.measure_shares(n, seconds=seconds)),
-            ("overhead", torchlab.measure_overhead),
-        ):
-            print(f"{name} ...", flush=True)
-            node = torchlab.Node(Path(tmp) / name, python.path, lib)
-            try:
-                figures[name] = run(node)
-            finally:
-                node.close()
-    for name, value in figures.items():
-        torchlab.write_result(name, value)
+            torchlab.write_result(result_name(engine, name), figures[name])
     return figures
 
 
-def load(directory: Path) -> dict[str, Any]:
-    names = ("environment", "memory-default", "memory-expandable", "shares", "overhead")
-    figures = {name: torchlab.read_result(directory, name) for name in names}
+def load(directory: Path, engine: str = "gpuops") -> dict[str, Any] | None:
+    """The figures a run left in directory; None when it left none of engine's."""
+    names = ("environment", *MEASURES)
+    figures = {name: torchlab.read_result(directory, result_name(engine, name)) for name in names}
+    if all(value is None for value in figures.values()) and engine != "gpuops":
+        return None
     missing = [name for name, value in figures.items() if value is None]
-    if missing:
+    if missing and engine == "gpuops":
         raise SystemExit(f"{directory}: no figures for {', '.join(missing)} (run make gpu-test first)")
-    return figures
+    # A measure killed before it wrote its figures (HAMi-core hanging) is recorded as such.
+    return {
+        name: value if value is not None else {"error": "no figures: the run was killed"}
+        for name, value in figures.items()
+    }
 
 
 def verdict(problems: list[str]) -> str:
     return "pass" if not problems else "**fail**"
 
 
-def render(figures: dict[str, Any]) -> str:
+def _error_cell(error: str) -> str:
+    first = next((line for line in error.splitlines() if line.strip()), error)
+    return f"**failed**: {first[:160]}".replace("|", "/")
+
+
+def _memory_cells(m: dict[str, Any]) -> tuple[str, str]:
+    if "error" in m:
+        return _error_cell(m["error"]), _error_cell(m["error"])
+    seen = f"total {m['total'] / GIB:.2f} GiB, free {m['free_before'] / GIB:.2f} GiB " + verdict(
+        [] if m["total"] == m["cap"] else ["total"]
+    )
+    error = m["fill_error"] or m["single_error"] or "none"
+    refused = (
+        f"refused after {m['reserved_at_oom'] / GIB:.2f} GiB (`{error[:60]}`)"
+        if m["fill_oom"]
+        else f"**never refused** ({m['held_bytes'] / GIB:.2f} GiB held)"
+    )
+    hit = (
+        f"one {(m['cap'] + m['chunk']) / GIB:g} GiB block: "
+        f"{'refused' if m['single_oom'] else '**allowed**'}; "
+        f"{m['chunk'] >> 20} MiB blocks: {refused}; afterwards half the cap used again: "
+        f"{'yes' if m['after_sum_ok'] and m['after_matmul_ok'] else 'no'} "
+        f"{verdict(torchlab.memory_problems(m))}"
+    )
+    return seen.replace("|", "/"), hit.replace("|", "/")
+
+
+def _shares_cell(s: dict[str, Any]) -> str:
+    if "error" in s:
+        return _error_cell(s["error"])
+    known = [v for v in s["limiter_view"] if v is not None]
+    view = (
+        "; its own view " + "/".join(f"{100 * v:.1f}%" for v in s["limiter_view"])
+        if len(known) == len(s["limiter_view"])
+        else ""
+    )
+    return (
+        f"{s['matmuls_per_s'][0]:.1f} and {s['matmuls_per_s'][1]:.1f} matmul/s: ratio {s['ratio']:.4f} "
+        f"({s['ratio_error']:+.1%}); split {100 * s['split'][0]:.1f}/{100 * s['split'][1]:.1f}; "
+        f"{100 * s['of_solo'][0]:.1f}% and {100 * s['of_solo'][1]:.1f}% of one process alone{view} "
+        f"{verdict(torchlab.share_problems(s))}"
+    )
+
+
+def _overhead_cell(o: dict[str, Any], name: str) -> str:
+    if "error" in o:
+        return _error_cell(o["error"])
+    base, c = o["configs"]["no limiter"], o["configs"][name]
+    return (
+        f"{base['best_us']:.3f} -> {c['best_us']:.3f} us per iteration: {c['overhead']:+.1%} "
+        f"{verdict([p for p in torchlab.overhead_problems(o) if p.startswith(name + ':')])}"
+    )
+
+
+def render(figures: dict[str, Any], hami: dict[str, Any] | None = None) -> str:
     env = figures["environment"]
     gpu = env["gpu"]
+    engines = [figures] + ([hami] if hami else [])
+    head = "| check | target | gpuops |" + (" HAMi-core |" if hami else "")
     lines = [
         "## Limiter on a real GPU (`bench/limiter_gpu.py`)",
         "",
@@ -88,53 +173,51 @@ def render(figures: dict[str, Any]) -> str:
         "(`tests/gpu/test_limiter_torch.py` checks the same figures). Run again on a GPU machine with "
         "`make gpu-test && python3 bench/limiter_gpu.py` (or `--from` the test run's "
         "`$GPUOPS_GPU_RESULTS`).",
-        "",
-        "| check | target | measured | |",
-        "|---|---|---|---|",
     ]
+    if hami:
+        lines += [
+            "",
+            f"HAMi-core ({(hami['environment'] or {}).get('hami_commit') or 'commit unknown'}, built by "
+            "`scripts/hami-core.sh`) ran the same programs on the same machine, each tenant as its own "
+            "container would be (`CUDA_DEVICE_MEMORY_LIMIT`, `CUDA_DEVICE_SM_LIMIT`, a shared-region file "
+            "per tenant): the fixed shares as `CUDA_DEVICE_SM_LIMIT=30` and `=70`, the best-effort tenant "
+            "as a memory limit alone, the 50% burst tenant as `CUDA_DEVICE_SM_LIMIT=50` (HAMi-core has no "
+            "burst policy). Same targets, same checks (`bench/limiter_gpu.py --engine hami`).",
+        ]
+    lines += ["", head, "|---|---|---|" + ("---|" if hami else "")]
+
+    def row(check: str, target: str, cells: list[str]) -> None:
+        lines.append(f"| {check} | {target} | " + " | ".join(cells) + " |")
+
+    # gpuops' own figures are complete (load refuses them otherwise): the rows' text comes from them.
+    cap = figures["memory-default"]["cap"] / GIB
     for name, label in (
         ("memory-default", "default allocator"),
         ("memory-expandable", "expandable segments"),
     ):
-        m = figures[name]
-        cap = m["cap"] / GIB
-        lines.append(
-            f"| memory cap {cap:g} GiB, {label}: `mem_get_info()` | total = cap | total "
-            f"{m['total'] / GIB:.2f} GiB, free {m['free_before'] / GIB:.2f} GiB | "
-            f"{verdict([] if m['total'] == m['cap'] else ['total'])} |"
-        )
-        error = m["fill_error"] or m["single_error"] or "none"
-        lines.append(
-            f"| ... allocating past the cap, {label} | out-of-memory error, program goes on | "
-            f"one {(m['cap'] + m['chunk']) / GIB:g} GiB block: "
-            f"{'refused' if m['single_oom'] else 'allowed'}; "
-            f"{m['chunk'] >> 20} MiB blocks: refused after {m['reserved_at_oom'] / GIB:.2f} GiB "
-            f"(`{error[:60]}`); afterwards half the cap used again: "
-            f"{'yes' if m['after_sum_ok'] and m['after_matmul_ok'] else 'no'} | "
-            f"{verdict(torchlab.memory_problems(m))} |"
+        cells = [_memory_cells(e[name]) for e in engines]
+        row(f"memory cap {cap:g} GiB, {label}: `mem_get_info()`", "total = cap", [c[0] for c in cells])
+        row(
+            f"... allocating past the cap, {label}",
+            "out-of-memory error, program goes on",
+            [c[1] for c in cells],
         )
     s = figures["shares"]
     a, b = s["shares"]
-    view = "/".join("n/a" if v is None else f"{100 * v:.1f}%" for v in s["limiter_view"])
-    lines.append(
-        f"| fixed share {a}/{b}, two processes, {s['size']}x{s['size']} {s['dtype']} matmuls, "
-        f"{s['window_s']:g} s | ratio {s['expected_ratio']:.4f} ±{torchlab.RATIO_TOLERANCE:.0%} | "
-        f"{s['matmuls_per_s'][0]:.1f} and {s['matmuls_per_s'][1]:.1f} matmul/s: ratio {s['ratio']:.4f} "
-        f"({s['ratio_error']:+.1%}); split {100 * s['split'][0]:.1f}/{100 * s['split'][1]:.1f}; "
-        f"{100 * s['of_solo'][0]:.1f}% and {100 * s['of_solo'][1]:.1f}% of one process alone "
-        f"({s['solo_matmuls_per_s']:.1f}/s, {s['solo_tflops']:.0f} TFLOP/s); the limiter's view {view} | "
-        f"{verdict(torchlab.share_problems(s))} |"
+    row(
+        f"fixed share {a}/{b}, two processes, {s['size']}x{s['size']} {s['dtype']} matmuls, "
+        f"{s['window_s']:g} s (one alone: {s['solo_matmuls_per_s']:.1f}/s, {s['solo_tflops']:.0f} TFLOP/s)",
+        f"ratio {a / b:.4f} ±{torchlab.RATIO_TOLERANCE:.0%}",
+        [_shares_cell(e["shares"]) for e in engines],
     )
     o = figures["overhead"]
-    base = o["configs"]["no limiter"]
-    for name, c in o["configs"].items():
-        if c["tenant"] is None:
+    for name, tenant, _ in torchlab.OVERHEAD_CONFIGS:
+        if tenant is None:
             continue
-        lines.append(
-            f"| launch-bound loop (`x.add_(1)` on one element), {name} tenant | <= "
-            f"{torchlab.OVERHEAD_MAX:.0%} | {base['best_us']:.3f} us -> {c['best_us']:.3f} us per "
-            f"iteration: {c['overhead']:+.1%} | "
-            f"{verdict([p for p in torchlab.overhead_problems(o) if p.startswith(name + ':')])} |"
+        row(
+            f"launch-bound loop (`x.add_(1)` on one element), {name} tenant",
+            f"<= {torchlab.OVERHEAD_MAX:.0%}",
+            [_overhead_cell(e["overhead"], name) for e in engines],
         )
     lines += [
         "",
@@ -149,19 +232,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="source", type=Path, help="record the JSON a test run left here")
     parser.add_argument("--seconds", type=float, default=10.0, help="window of the share measurement")
     parser.add_argument("--no-write", action="store_true", help="print, do not write docs/benchmarks.md")
+    parser.add_argument(
+        "--engine",
+        choices=sorted(ENGINE_NAMES),
+        default="gpuops",
+        help="measure gpuops' limiter or HAMi-core (.hami/libvgpu.so, scripts/hami-core.sh); "
+        "HAMi-core's figures only measure (JSON), --from records both",
+    )
+    parser.add_argument("--only", choices=MEASURES, action="append", help="measure only these (repeatable)")
     args = parser.parse_args(argv)
+    hami = None
     if args.source:
         figures = load(args.source)
+        hami = load(args.source, "hami")
     else:
         if not torchlab.has_gpu():
             print("no NVIDIA GPU: nothing to measure (exit 0)")
             return 0
         try:
-            figures = measure(args.seconds)
+            figures = measure(args.seconds, args.engine, tuple(args.only or MEASURES))
         except torchlab.Unavailable as exc:
             print(f"cannot measure: {exc}", file=sys.stderr)
             return 2
-    body = render(figures)
+        if args.engine != "gpuops" or args.only:
+            print(f"figures in {torchlab.results_dir()} (record them with --from)")
+            return 0
+    body = render(figures, hami)
     print(body)
     if not args.no_write:
         write_section("limiter_gpu", body)

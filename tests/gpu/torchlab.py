@@ -44,7 +44,15 @@ RATIO_TOLERANCE = 0.05
 OVERHEAD_MAX = 0.03
 MEMORY_CHUNK = 256 * MIB
 
-_CLEAN_PREFIXES = ("GPUOPS_", "CUDA_DEVICE_", "LD_PRELOAD", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+_CLEAN_PREFIXES = (
+    "GPUOPS_",
+    "CUDA_DEVICE_",
+    "LD_PRELOAD",
+    "LIBCUDA_LOG_LEVEL",
+    "GPU_CORE_UTILIZATION_POLICY",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+)
 
 
 class Unavailable(Exception):
@@ -255,20 +263,54 @@ def _tail(text: str, lines: int) -> str:
     return "\n".join(text.strip().splitlines()[-lines:]) or "(nothing)"
 
 
-class Node:
-    """A private limiter directory (tenant table, regions, log) and the workers run against it."""
+ENGINES = ("gpuops", "hami")
 
-    def __init__(self, root: Path, python: str, lib: Path = LIB) -> None:
+
+class Node:
+    """A private limiter directory (tenant table, regions, log) and the workers run against it.
+
+    engine "hami" runs the same programs under HAMi-core's libvgpu.so instead (lib), for the
+    side-by-side figures: each tenant as HAMi's device plugin would set up a container of its
+    own (CUDA_DEVICE_MEMORY_LIMIT, CUDA_DEVICE_SM_LIMIT, a shared-region file per tenant)."""
+
+    def __init__(self, root: Path, python: str, lib: Path = LIB, engine: str = "gpuops") -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine {engine!r}: one of {', '.join(ENGINES)}")
         self.root = Path(root)
         self.dir = self.root / "limiter"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = self.root / "limiter.log"
         self.python = python
         self.lib = lib
+        self.engine = engine
+        self.specs: dict[str, limiter.TenantSpec] = {}
         self.workers: list[Worker] = []
 
     def tenants(self, *specs: limiter.TenantSpec) -> None:
-        limiter.write_table(self.dir, specs)
+        self.specs = {spec.name: spec for spec in specs}
+        if self.engine == "gpuops":
+            limiter.write_table(self.dir, specs)
+
+    def _limiter_env(self, tenant: str) -> dict[str, str]:
+        if self.engine == "gpuops":
+            return {
+                "LD_PRELOAD": str(self.lib),
+                "GPUOPS_TENANT": tenant,
+                "GPUOPS_LIMITER_DIR": str(self.dir),
+                "GPUOPS_LOG_FILE": str(self.log),
+            }
+        spec = self.specs[tenant]
+        env = {
+            "LD_PRELOAD": str(self.lib),
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(self.dir / f"{tenant}.cache"),
+            # HAMi-core logs to stderr; the worker's stderr file keeps it.
+            "LIBCUDA_LOG_LEVEL": "2",
+        }
+        if spec.memory is not None:
+            env["CUDA_DEVICE_MEMORY_LIMIT"] = f"{spec.memory // MIB}m"
+        if spec.compute is not None:
+            env["CUDA_DEVICE_SM_LIMIT"] = str(round(spec.compute))
+        return env
 
     def start(
         self, program: str, *args: object, tenant: Optional[str], env: Optional[dict[str, str]] = None
@@ -277,12 +319,7 @@ class Node:
         limiter when tenant is None."""
         extra = dict(env or {})
         if tenant is not None:
-            extra.update(
-                LD_PRELOAD=str(self.lib),
-                GPUOPS_TENANT=tenant,
-                GPUOPS_LIMITER_DIR=str(self.dir),
-                GPUOPS_LOG_FILE=str(self.log),
-            )
+            extra.update(self._limiter_env(tenant))
         cmd = [self.python, str(PROGRAMS / program), *(str(a) for a in args)]
         stem = f"{Path(program).stem}-{tenant or 'nolimiter'}"
         name = f"{Path(program).stem} [{tenant or 'no limiter'}]"
