@@ -13,6 +13,7 @@ exits 0; with one but no CUDA build of PyTorch it says what it tried and exits 2
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -82,6 +83,11 @@ def measure(seconds: float, engine: str = "gpuops", only: tuple[str, ...] = MEAS
             finally:
                 node.close()
             torchlab.write_result(result_name(engine, name), figures[name])
+            if engine != "gpuops":  # its own log lines say what it hooked, for the notes
+                logs = torchlab.results_dir() / f"{engine}-logs"
+                logs.mkdir(exist_ok=True)
+                for path in (Path(tmp) / name).glob("*.stderr"):
+                    shutil.copy(path, logs / f"{name}-{path.name}")
     return figures
 
 
@@ -126,7 +132,7 @@ def _memory_cells(m: dict[str, Any]) -> tuple[str, str]:
         f"one {(m['cap'] + m['chunk']) / GIB:g} GiB block: "
         f"{'refused' if m['single_oom'] else '**allowed**'}; "
         f"{m['chunk'] >> 20} MiB blocks: {refused}; afterwards half the cap used again: "
-        f"{'yes' if m['after_sum_ok'] and m['after_matmul_ok'] else 'no'} "
+        f"{'yes' if m['after_fill_ok'] and m['after_matmul_ok'] else 'no'} "
         f"{verdict(torchlab.memory_problems(m))}"
     )
     return seen.replace("|", "/"), hit.replace("|", "/")
@@ -222,7 +228,8 @@ def render(figures: dict[str, Any], hami: dict[str, Any] | None = None) -> str:
     lines += [
         "",
         f"Launch-bound loop: {o['iterations']} iterations x {o['repeats']} repeats per process, "
-        f"{o['rounds']} processes per configuration in turn; each figure is the best process's median.",
+        f"{o['rounds']} processes per configuration in turn, each pinned to CPUs {o.get('cpus', 'any')}; "
+        "each figure is the best process's median.",
     ]
     return "\n".join(lines)
 

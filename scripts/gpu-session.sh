@@ -9,7 +9,8 @@
 #   1. make gpu-test: NVML against the real driver (read-only) and the limiter under PyTorch;
 #   2. HAMi-core through the same programs (bench/limiter_gpu.py --engine hami), one measure per
 #      stage, when .hami/libvgpu.so is there.
-# OUT_DIR gets results.tar.gz (every JSON figure, the logs) and session.log. The GPU's settings
+# GPU_TEST_SELECT, a pytest -k expression, runs part of the suite again (a second call on what
+# failed in the first). OUT_DIR gets results.tar.gz (every JSON figure, the logs) and session.log. The GPU's settings
 # are only read: no MIG mode change, no reset, no daemon left behind.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,9 +36,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current,compute
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 GPUOPS_GPU_RESULTS=$results
 
-stage "gpu-test" 300 make -s gpu-test PYTEST_ARGS="-p no:cacheprovider --durations=0"
+stage "gpu-test" 300 make -s gpu-test \
+    PYTEST_ARGS="-p no:cacheprovider --durations=0${GPU_TEST_SELECT:+ -k '$GPU_TEST_SELECT'}"
 if [ -f .hami/libvgpu.so ]; then
-    for m in memory-default:50 memory-expandable:50 shares:80 overhead:110; do
+    for m in memory-default:50 memory-expandable:50 shares:80 overhead:160; do
         stage "hami ${m%%:*}" "${m##*:}" python3 bench/limiter_gpu.py --engine hami --only "${m%%:*}"
     done
 fi

@@ -10,7 +10,9 @@
 # libcuda.so.1 / libnvidia-ml.so.1 are link stubs with those sonames and no code, as the CUDA
 # toolkit's own stubs are; the real driver libraries are what the loader finds on the GPU machine.
 # --no-as-needed keeps libcuda.so.1 and libnvidia-ml.so.1 NEEDED, as its CMake file links them.
-# Built as HAMi's build.sh does (multiprocess limits, dlsym hook, meminfo and NVML hooks), Release.
+# Built as HAMi's build.sh (and so its Dockerfile) does: multiprocess limits, dlsym hook, meminfo and
+# NVML hooks, CMAKE_BUILD_TYPE=Debug. Not Release: its Release flags add -fvisibility=hidden, which
+# hides every cu* hook but dlsym, and such a build intercepts nothing (seen on an H100, PyTorch 2.11).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIN=8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811
@@ -53,7 +55,7 @@ done
 mkdir -p "$work/tree/build"
 (
     cd "$work/tree/build"
-    CUDA_HOME=$work/cuda cmake .. -DCMAKE_BUILD_TYPE=Release -DDLSYM_HOOK_ENABLE=1 \
+    CUDA_HOME=$work/cuda cmake .. -DCMAKE_BUILD_TYPE=Debug -DDLSYM_HOOK_ENABLE=1 \
         -DMULTIPROCESS_LIMIT_ENABLE=1 -DHOOK_MEMINFO_ENABLE=1 -DHOOK_NVML_ENABLE=1 \
         -DCMAKE_SHARED_LINKER_FLAGS="-L$work/cuda/lib64 -Wl,--no-as-needed" -DCMAKE_EXE_LINKER_FLAGS="-L$work/cuda/lib64" >/dev/null
     # Only the library: HAMi's test programs need nvcc.

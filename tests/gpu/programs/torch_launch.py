@@ -1,11 +1,12 @@
 """A launch-bound loop for the overhead test (run by tests/gpu/torchlab.py).
 
-    python torch_launch.py ITERATIONS REPEATS
+    python torch_launch.py ITERATIONS REPEATS [CPUS]
 
 Adds 1 to a one-element tensor ITERATIONS times per repeat (each add is one tiny kernel: the
 loop's speed is the speed of launching), waiting for the GPU at the end of each repeat, and
 prints 'RESULT {json}' with the time per iteration of each repeat. Torch and the standard
-library only.
+library only. CPUS (such as 14,15) pins the process, and the driver threads CUDA starts in it,
+to those CPUs before CUDA starts.
 """
 
 import json
@@ -28,6 +29,8 @@ def limiter_loaded() -> bool:
 
 def main() -> int:
     iterations, repeats = int(sys.argv[1]), int(sys.argv[2])
+    if len(sys.argv) > 3:
+        os.sched_setaffinity(0, {int(c) for c in sys.argv[3].split(",")})
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
     x = torch.zeros(1, device=device, dtype=torch.float32)
