@@ -18,12 +18,13 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
-def write_section(name: str, body: str) -> None:
-    """Replace (or append) the section between `<!-- NAME:begin -->` and `<!-- NAME:end -->`."""
+def write_section(name: str, body: str, where: str | None = None) -> None:
+    """Replace (or append) the section between `<!-- NAME:begin -->` and `<!-- NAME:end -->`;
+    where names the machine that measured when it is not this one (figures from a GPU machine)."""
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     text = DOC.read_text(encoding="utf-8") if DOC.exists() else HEADER
     stamp = time.strftime("%Y-%m-%d")
-    block = f"{begin}\n{body.rstrip()}\n\n_Recorded {stamp} on {machine()}._\n{end}"
+    block = f"{begin}\n{body.rstrip()}\n\n_Recorded {stamp} on {where or machine()}._\n{end}"
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
         _, tail = rest.split(end, 1)

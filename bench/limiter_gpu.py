@@ -27,6 +27,7 @@ from bench.benchdoc import write_section  # noqa: E402
 from tests.gpu import torchlab  # noqa: E402
 
 GIB = torchlab.GIB
+MIB = torchlab.MIB
 
 
 MEASURES = ("memory-default", "memory-expandable", "shares", "overhead")
@@ -234,6 +235,48 @@ def render(figures: dict[str, Any], hami: dict[str, Any] | None = None) -> str:
     return "\n".join(lines)
 
 
+_NVML_ROWS = (  # (label, the backend's field in the record, nvidia-smi's column)
+    ("memory total", ("inventory", "info", "memory_total_bytes"), "memory.total"),
+    ("power limit (W)", ("inventory", "info", "power_limit_watts"), "enforced.power.limit"),
+    ("architecture", ("inventory", "info", "architecture"), None),
+    ("MIG mode (current)", ("inventory", "mig", "current"), "mig.mode.current"),
+    ("memory used", ("sample", "sample", "memory_used_bytes"), "memory.used"),
+    ("power draw (W)", ("sample", "sample", "power_watts"), "power.draw"),
+    ("temperature (C)", ("sample", "sample", "temperature_celsius"), "temperature.gpu"),
+    ("SM clock (MHz)", ("sample", "sample", "sm_clock_mhz"), "clocks.sm"),
+    ("memory clock (MHz)", ("sample", "sample", "memory_clock_mhz"), "clocks.mem"),
+    ("utilization (%)", ("sample", "sample", "utilization_gpu_percent"), "utilization.gpu"),
+)
+
+
+def render_nvml(record: dict[str, Any]) -> str:
+    """The NVML backend's reading of the real driver beside nvidia-smi's (tests/gpu/test_nvml_real.py)."""
+    node = record.get("node", {})
+    lines = [
+        "",
+        f"The NVML backend on the same driver (`tests/gpu/test_nvml_real.py`, read-only; node: driver "
+        f"{node.get('driver_version')}, CUDA {node.get('cuda_driver_version')}; capabilities "
+        f"{', '.join(record.get('capabilities', []))}):",
+        "",
+        "| field | gpuops (NVML) | nvidia-smi |",
+        "|---|---|---|",
+    ]
+    for gpu in record.get("gpus", []):
+        smi = gpu.get("nvidia_smi", {})
+        for label, path, column in _NVML_ROWS:
+            value: Any = gpu
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            if isinstance(value, int) and not isinstance(value, bool) and path[-1].endswith("_bytes"):
+                value = f"{value / MIB:.0f} MiB"
+            theirs = smi.get(column, "") if column else ""
+            if theirs and column in ("memory.total", "memory.used"):
+                theirs += " MiB"
+            lines.append(f"| {label} | {value} | {theirs or '-'} |")
+        lines.append(f"| MIG mode as found | {gpu.get('mig_mode_found')} | |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="source", type=Path, help="record the JSON a test run left here")
@@ -247,11 +290,15 @@ def main(argv: list[str] | None = None) -> int:
         "HAMi-core's figures only measure (JSON), --from records both",
     )
     parser.add_argument("--only", choices=MEASURES, action="append", help="measure only these (repeatable)")
+    parser.add_argument(
+        "--note", default="", help="a paragraph recorded under the table (where the figures come from)"
+    )
     args = parser.parse_args(argv)
-    hami = None
+    hami = nvml = None
     if args.source:
         figures = load(args.source)
         hami = load(args.source, "hami")
+        nvml = torchlab.read_result(args.source, "nvml")
     else:
         if not torchlab.has_gpu():
             print("no NVIDIA GPU: nothing to measure (exit 0)")
@@ -265,9 +312,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"figures in {torchlab.results_dir()} (record them with --from)")
             return 0
     body = render(figures, hami)
+    if nvml:
+        body += "\n" + render_nvml(nvml)
+    if args.note:
+        body += "\n\n" + args.note
     print(body)
     if not args.no_write:
-        write_section("limiter_gpu", body)
+        gpu = figures["environment"]["gpu"]
+        write_section("limiter_gpu", body, f"{gpu['name']}, driver {gpu['driver']}")
         print(f"\nwritten to {Path('docs') / 'benchmarks.md'}; JSON in {torchlab.results_dir()}")
     return 0
 
