@@ -2,8 +2,14 @@
 moves idle silo GPUs into a pool, with guarantees from evidence), both from the nodes' history.
 
 gpuops tenants -f FLEET [--window 24h] [--json]
+    exit 0; 1: error; 3: figures shown, but some node's history has unreadable buckets
 gpuops rebalance -f FLEET [--window 7d] [--pool shared] [--no-moves] [-o proposed.yaml] [--json]
-    exit 0: nothing to change; 1: error or no feasible proposal; 2: a proposal with changes
+    [--allow-incomplete-history]
+    exit 0: nothing to change; 1: error, no feasible proposal, or history with unreadable
+    buckets (refused unless --allow-incomplete-history); 2: a proposal with changes
+
+Unreadable history is unknown time, never idle or busy: the figures leave those buckets out and
+the warning names each node and how many (docs/history.md#unreadable-history).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from gpuops.cli.fleet import load_or_fail
 from gpuops.core.history import History
 from gpuops.core.units import format_bytes, parse_percent
 from gpuops.fleet.targets import node_targets
+from gpuops.plan.private_file import write_private
 from gpuops.spec import Fleet, dump_fleet, fleet_from_data
 from gpuops.spec.errors import SpecError
 from gpuops.tenancy.accounting import (
@@ -39,6 +46,8 @@ from gpuops.tenancy.gather import no_history, read_histories
 from gpuops.tenancy.rebalance import Options, Proposal, propose, proposed_fleet
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+# As `discover` exits 3 when some nodes could not be reached: the output is there, but partial.
+EXIT_INCOMPLETE = 3
 COLUMNS = (
     "Owned",
     "Silo",
@@ -79,6 +88,24 @@ def _warn_missing(evidence: Evidence) -> None:
         _out.print(f"[yellow]{node}: {reason}[/]", markup=True)
 
 
+def _warn_incomplete(evidence: Evidence) -> None:
+    for line in evidence.incomplete_lines():
+        _out.print(f"[bold yellow]{line}[/]", markup=True)
+
+
+def _incomplete_json(evidence: Evidence) -> dict[str, Any]:
+    """--json's account of unreadable history (empty when complete)."""
+    return {
+        "incomplete": {
+            node: {"buckets": i.buckets, "reasons": list(i.reasons)}
+            for node, i in sorted(evidence.incomplete.items())
+        },
+        "buckets": len(evidence.starts),
+        "readable_buckets": evidence.readable(),
+        "warnings": evidence.incomplete_lines(),
+    }
+
+
 def tenants_command(
     fleet_file: Path = typer.Option(..., "-f", "--fleet", help="fleet.yaml (teams, owners, pools)."),
     window: str = typer.Option("24h", "--window", "-w", help="1m, 1h, 24h, 7d or any N[mhd] up to 90d."),
@@ -115,9 +142,10 @@ def tenants_command(
                 for g in evidence.gpus
             ],
             "missing": dict(sorted(evidence.missing.items())),
+            **_incomplete_json(evidence),
         }
         typer.echo(json.dumps(document, indent=2))
-        raise typer.Exit(EXIT_OK)
+        raise typer.Exit(EXIT_INCOMPLETE if evidence.incomplete else EXIT_OK)
     table = Table(
         title=f"Tenants over {evidence.window.text} (GPUs' worth of GPU time)", title_justify="left"
     )
@@ -143,6 +171,9 @@ def tenants_command(
     if pools:
         _out.print(_pools_table(pools, evidence.window.text))
     _warn_missing(evidence)
+    _warn_incomplete(evidence)
+    if evidence.incomplete:
+        raise typer.Exit(EXIT_INCOMPLETE)
 
 
 def _pools_table(pools: tuple[PoolUsage, ...], window: str) -> Table:
@@ -190,6 +221,10 @@ def _proposal_json(p: Proposal) -> dict[str, Any]:
     }
 
 
+def _proposal_document(p: Proposal, evidence: Evidence) -> dict[str, Any]:
+    return {**_proposal_json(p), **_incomplete_json(evidence)}
+
+
 def rebalance_command(
     fleet_file: Path = typer.Option(..., "-f", "--fleet", help="fleet.yaml (teams, owners, pools)."),
     window: str = typer.Option("7d", "--window", "-w", help="Evidence window: 24h, 7d, ... (up to 90d)."),
@@ -203,20 +238,44 @@ def rebalance_command(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the proposal as JSON."),
     parallel: int = typer.Option(32, "--parallel", min=1, help="Nodes read at once."),
+    allow_incomplete: bool = typer.Option(
+        False,
+        "--allow-incomplete-history",
+        help="Propose even when some node's history has unreadable buckets (from the time "
+        "readable on every node).",
+    ),
 ) -> None:
     """Propose moving under-used silo GPUs into a pool, with guarantees no lower than each team's
     p95 use and a carving that enforces them. Review it, then `gpuops plan`/`apply` the file.
-    Exit 0: nothing to change; 1: error or no feasible proposal; 2: changes proposed."""
+    Exit 0: nothing to change; 1: error, no feasible proposal, or unreadable history (refused
+    unless --allow-incomplete-history); 2: changes proposed."""
     try:
         idle_p95 = parse_percent(idle) / 100.0
     except ValueError as exc:
         fail(f"--idle: {exc}")
     fleet = load_or_fail(fleet_file)
     evidence = _evidence(fleet, window, parallel)
+    if evidence.incomplete and not allow_incomplete:
+        first = min(evidence.incomplete)
+        more = len(evidence.incomplete) - 1
+        refusal = (
+            evidence.incomplete[first].line(first)
+            + (f" (and {more} more node{'s' if more > 1 else ''})" if more else "")
+            + ": no proposal from evidence with holes; --allow-incomplete-history proposes from the "
+            "time readable on every node"
+        )
+        if as_json:
+            typer.echo(
+                json.dumps(
+                    {"pool": pool, "window": window, "refused": refusal, **_incomplete_json(evidence)},
+                    indent=2,
+                )
+            )
+        fail(refusal)
     proposal = propose(fleet, evidence, Options(pool=pool, idle_p95=idle_p95, moves=not no_moves))
     if proposal.infeasible:
         if as_json:
-            typer.echo(json.dumps(_proposal_json(proposal), indent=2))
+            typer.echo(json.dumps(_proposal_document(proposal, evidence), indent=2))
         fail(proposal.explain()[0])
     data = proposed_fleet(fleet, proposal)
     try:
@@ -232,14 +291,15 @@ def rebalance_command(
     before = dump_fleet(fleet)
     changed = dump_fleet(fleet_from_data(data, str(fleet_file), base_dir=fleet_file.parent)) != before
     if as_json:
-        typer.echo(json.dumps({**_proposal_json(proposal), "changed": changed}, indent=2))
+        typer.echo(json.dumps({**_proposal_document(proposal, evidence), "changed": changed}, indent=2))
     else:
         for line in proposal.explain():
             _out.print(line)
         _warn_missing(evidence)
+        _warn_incomplete(evidence)
     if out is not None:
         try:
-            out.write_text(text, encoding="utf-8")
+            write_private(out, text)  # 0600: it names every team's GPUs, as a saved plan does
         except OSError as exc:
             fail(f"{out}: {exc.strerror or exc}")
         if not as_json:

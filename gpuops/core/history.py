@@ -94,6 +94,20 @@ class Bucket:
 
 
 @dataclass(frozen=True)
+class Unreadable:
+    """Time of a history whose buckets the node could not read (a corrupt file, or one moved
+    aside as corrupt): neither idle nor busy, unknown. `reason` names the file and the fault."""
+
+    since: float
+    until: float
+    reason: str
+
+    def covers(self, start: float, span: float) -> bool:
+        """Whether the bucket [start, start + span) overlaps this time."""
+        return start < self.until and start + span > self.since
+
+
+@dataclass(frozen=True)
 class History:
     resolution: str  # "minute" | "hour"
     since: float
@@ -102,6 +116,10 @@ class History:
     recording: bool
     oldest: Optional[float]  # start of the oldest bucket kept (of this resolution)
     buckets: Tuple[Bucket, ...]  # ordered by start
+    # Times within [since, until) whose buckets could not be read: a hole in the evidence, not a
+    # gap in recording. Sent only when there are some (older operators reject unknown keys: a
+    # reply with holes fails loudly there instead of being taken as complete).
+    unreadable: Tuple[Unreadable, ...] = ()
 
 
 # ---- shares of one sample ----------------------------------------------------------------------
@@ -293,7 +311,7 @@ def bucket_to_json(b: Bucket) -> Dict[str, Any]:
 
 
 def history_to_json(h: History) -> Dict[str, Any]:
-    return {
+    out = {
         "resolution": h.resolution,
         "since": h.since,
         "until": h.until,
@@ -301,6 +319,9 @@ def history_to_json(h: History) -> Dict[str, Any]:
         "oldest": h.oldest,
         "buckets": [bucket_to_json(b) for b in h.buckets],
     }
+    if h.unreadable:
+        out["unreadable"] = [{"since": u.since, "until": u.until, "reason": u.reason} for u in h.unreadable]
+    return out
 
 
 _MAX_INT = 2**63
@@ -650,7 +671,9 @@ def _checked_bucket(data: Any, path: str = "Bucket") -> Bucket:
 def history_from_json(data: Any) -> History:
     """Rebuild a History, checking every field; raises ValueError("path: what is wrong")."""
     path = "History"
-    d = _obj(data, path, ("resolution", "since", "until", "recording", "oldest", "buckets"))
+    keys = ("resolution", "since", "until", "recording", "oldest", "buckets")
+    optional = isinstance(data, dict) and "unreadable" in data
+    d = _obj(data, path, (*keys, "unreadable") if optional else keys)
     resolution = d["resolution"]
     if not isinstance(resolution, str) or resolution not in RESOLUTIONS:
         raise ValueError("%s.resolution: expected 'minute' or 'hour'" % path)
@@ -669,6 +692,14 @@ def history_from_json(data: Any) -> History:
         if buckets and b.start <= buckets[-1].start:
             raise ValueError("%s.start: buckets must be ordered by start, each once" % at)
         buckets.append(b)
+    unreadable = []
+    for n, item in enumerate(_list(d["unreadable"], path + ".unreadable") if optional else []):
+        at = "%s.unreadable[%d]" % (path, n)
+        u = _obj(item, at, ("since", "until", "reason"))
+        start, end = _time(u["since"], at + ".since"), _time(u["until"], at + ".until")
+        if end < start:
+            raise ValueError("%s.until: before since" % at)
+        unreadable.append(Unreadable(start, end, _str(u["reason"], at + ".reason")[:500]))
     return History(
         resolution=str(resolution),
         since=since,
@@ -676,4 +707,5 @@ def history_from_json(data: Any) -> History:
         recording=_bool(d["recording"], path + ".recording"),
         oldest=oldest,
         buckets=tuple(buckets),
+        unreadable=tuple(unreadable),
     )

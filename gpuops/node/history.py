@@ -10,7 +10,8 @@
   A crash loses at most what came after the last write; a file is always either the old one or
   the new one. A file that cannot be read (garbage, a foreign format) is logged and skipped; the
   recorder moves it aside to `NAME.corrupt` before it writes that file again.
-- `read_history(dir, resolution, since, until)` answers the agent's `history` request.
+- `read_history(dir, resolution, since, until)` answers the agent's `history` request. The time
+  an unreadable file (or one moved aside) held is said in `History.unreadable`: unknown, not idle.
 - `run_recorder(...)` is the service mode, `gpuops agent --record`: sample the backend forever at
   an interval and record. One recorder per directory (`DIR/recorder.lock`, flock).
 
@@ -43,6 +44,7 @@ from gpuops.core.history import (
     GpuUsage,
     History,
     Key,
+    Unreadable,
     UserUsage,
     bucket_from_json,
     bucket_to_json,
@@ -780,6 +782,11 @@ def read_history(
     found: List[Bucket] = []
     oldest: Optional[float] = None
     text_bytes = 0  # of the files `found` comes from
+    unreadable: List[Tuple[float, float, str]] = []  # (since, until, why), before clipping
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        names = []
     if resolution == "minute":
         if os.path.exists(minutes_path):
             try:
@@ -787,13 +794,12 @@ def read_history(
             except FileError as exc:
                 log.error("history: skipping %s", exc)
                 kept = []
+                held = _minutes_held(_mtime(minutes_path) or now, now)
+                unreadable.append((held[0], held[1], str(exc)))
             oldest = kept[0].start if kept else None
             found = [b for b in kept if _overlaps(b, since, until)]
+        unreadable.extend(u for u in _moved_aside(directory, names, now) if u[2].startswith(MINUTES_FILE))
     else:
-        try:
-            names = os.listdir(directory)
-        except OSError:
-            names = []
         days = sorted(m.group(1) for m in (_HOURS_RE.match(n) for n in names) if m)
         loaded: Dict[str, Tuple[List[Bucket], int]] = {}
 
@@ -804,7 +810,11 @@ def read_history(
                 except FileError as exc:
                     log.error("history: skipping %s", exc)
                     loaded[day] = ([], 0)
+                    with contextlib.suppress(ValueError):
+                        unreadable.append((day_start(day), day_start(day) + DAY, str(exc)))
             return loaded[day]
+
+        unreadable.extend(u for u in _moved_aside(directory, names, now) if u[2].startswith("hours-"))
 
         oldest = _oldest_start(directory, days, load)
         for day in reversed(days):  # newest first, so a bound keeps the most recent
@@ -839,6 +849,11 @@ def read_history(
     for b in found:  # a bucket in two files (a day file edited by hand): the first wins
         if not deduped or b.start > deduped[-1].start:
             deduped.append(b)
+    holes = [
+        Unreadable(max(first, since), min(last, until), why)
+        for first, last, why in unreadable
+        if max(first, since) < min(last, until)
+    ]
     return History(
         resolution=resolution,
         since=since,
@@ -846,7 +861,47 @@ def read_history(
         recording=recording,
         oldest=oldest,
         buckets=tuple(deduped),
+        unreadable=tuple(sorted(holes, key=lambda u: (u.since, u.until))),
     )
+
+
+def _mtime(path: str) -> Optional[float]:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def _minutes_held(written: float, now: float) -> Tuple[float, float]:
+    """The time a minutes file last written at `written` can hold: the minutes kept before it."""
+    end = min(written, now)
+    return end - KEEP_MINUTES * MINUTE, end + MINUTE
+
+
+def _moved_aside(directory: str, names: List[str], now: float) -> List[Tuple[float, float, str]]:
+    """Time held by files the recorder found unreadable and moved aside (NAME.corrupt): it
+    started those files afresh, so what they held is lost, not idle. A day file held its day up
+    to its last write; the minutes file the minutes kept before its last write."""
+    out: List[Tuple[float, float, str]] = []
+    for name in names:
+        if not name.endswith(".corrupt"):
+            continue
+        base = name[: -len(".corrupt")]
+        written = _mtime(os.path.join(directory, name))
+        if written is None:
+            continue
+        why = "%s was unreadable; the recorder moved it aside to %s" % (base, name)
+        match = _HOURS_RE.match(base)
+        if match is not None:
+            try:
+                start = day_start(match.group(1))
+            except ValueError:
+                continue
+            out.append((start, min(start + DAY, written), why))
+        elif base == MINUTES_FILE:
+            a, b = _minutes_held(written, now)
+            out.append((a, b, why))
+    return out
 
 
 # ---- service mode ------------------------------------------------------------------------------

@@ -11,6 +11,10 @@ key, not a team), so a change of teams re-attributes the past too.
 
 Every figure is in GPU-equivalents (one whole GPU busy = 1.0) or bytes. A bucket counts with the
 seconds its GPU was actually sampled (a partial bucket weighs less; a gap is no data, not idle).
+A bucket a node could not read (a corrupt history file: `History.unreadable`) is unknown, neither
+idle nor busy: the fleet-wide figures leave that bucket out for every team (`Evidence.observed`),
+so they are computed over the time readable on every node, and `Evidence.incomplete` says which
+node has how many such buckets (docs/history.md#unreadable-history).
 """
 
 from __future__ import annotations
@@ -125,15 +129,47 @@ class GpuEvidence:
 
 
 @dataclass(frozen=True)
+class Incomplete:
+    """A node's history over the window has buckets it could not read."""
+
+    buckets: int  # window buckets unreadable there (no bucket for them, inside an unreadable time)
+    reasons: tuple[str, ...]  # the files and their faults, as the node said
+
+    def line(self, node: str) -> str:
+        why = f" ({self.reasons[0]}{'; …' if len(self.reasons) > 1 else ''})" if self.reasons else ""
+        unit = "bucket" if self.buckets == 1 else "buckets"
+        return f"history incomplete: {self.buckets} {unit} unreadable on {node}{why}"
+
+
+@dataclass(frozen=True)
 class Evidence:
-    """The fleet over one window: every GPU the nodes' histories show, and the nodes whose
-    history could not be read (with why)."""
+    """The fleet over one window: every GPU the nodes' histories show, the nodes whose
+    history could not be read (with why), and those whose history has unreadable buckets."""
 
     window: Window
     now: float
     starts: tuple[float, ...]
     gpus: tuple[GpuEvidence, ...]
     missing: Mapping[str, str] = field(default_factory=dict)
+    incomplete: Mapping[str, Incomplete] = field(default_factory=dict)
+    # Per window bucket: unreadable on some node. Such a bucket is left out of every fleet-wide
+    # figure: a team's use summed over GPUs, or a silo's idle capacity, is unknown there.
+    holes: tuple[bool, ...] = ()
+
+    def readable(self) -> int:
+        """Window buckets readable on every node."""
+        return len(self.starts) - sum(1 for h in self.holes if h)
+
+    def incomplete_lines(self) -> list[str]:
+        """One warning per node with unreadable buckets, then what the figures are over."""
+        if not self.incomplete:
+            return []
+        lines = [self.incomplete[node].line(node) for node in sorted(self.incomplete)]
+        lines.append(
+            f"figures are over the {self.readable()} of {len(self.starts)} {self.window.resolution} buckets "
+            "readable on every node (unreadable ones are unknown, counted neither idle nor busy)"
+        )
+        return lines
 
     def team_series(self, team: str, gpus: Iterable[GpuEvidence] | None = None) -> list[float]:
         """The team's GPU-time per bucket (GPU-equivalents), summed over `gpus` (default: all)."""
@@ -146,12 +182,15 @@ class Evidence:
         return out
 
     def observed(self) -> list[bool]:
-        """Buckets for which any GPU has data."""
+        """Buckets for which any GPU has data and no node's history is unreadable."""
         seen = [False] * len(self.starts)
         for g in self.gpus:
             for i, o in enumerate(g.observed):
                 if o > 0:
                     seen[i] = True
+        for i, hole in enumerate(self.holes):
+            if hole:
+                seen[i] = False
         return seen
 
     def teams(self) -> list[str]:
@@ -219,10 +258,19 @@ def gather_evidence(
     n = len(starts)
     gpus: list[GpuEvidence] = []
     missing: dict[str, str] = {}
+    incomplete: dict[str, Incomplete] = {}
+    holes = [False] * n
     for node, history in histories.items():
         if isinstance(history, str):
             missing[node] = history
             continue
+        unreadable = _unreadable(history, starts, window.span)
+        if unreadable:
+            incomplete[node] = Incomplete(
+                len(unreadable), tuple(dict.fromkeys(u.reason for u in history.unreadable))
+            )
+            for hole in unreadable:
+                holes[hole] = True
         per_gpu: dict[int, list[tuple[int, GpuUsage]]] = {}
         for bucket in history.buckets:
             i = position.get(_aligned(bucket, window.span))
@@ -232,7 +280,20 @@ def gather_evidence(
                 per_gpu.setdefault(g.index, []).append((i, g))
         for index in sorted(per_gpu):
             gpus.append(_gpu_evidence(fleet, node, index, per_gpu[index], n, attributor))
-    return Evidence(window, now, starts, tuple(gpus), missing)
+    return Evidence(window, now, starts, tuple(gpus), missing, incomplete, tuple(holes))
+
+
+def _unreadable(history: History, starts: Sequence[float], span: float) -> list[int]:
+    """Positions of the window's buckets the node could not read: inside an unreadable time and
+    with no bucket of its own (a file rewritten since may hold some of that time again)."""
+    if not history.unreadable:
+        return []
+    have = {_aligned(b, span) for b in history.buckets}
+    return [
+        i
+        for i, s in enumerate(starts)
+        if s not in have and any(u.covers(s, span) for u in history.unreadable)
+    ]
 
 
 def _aligned(bucket: Bucket, span: float) -> float:
@@ -505,6 +566,7 @@ __all__ = [
     "WINDOWS",
     "Evidence",
     "GpuEvidence",
+    "Incomplete",
     "PoolUsage",
     "TeamSide",
     "TenantUsage",

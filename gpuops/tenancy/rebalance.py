@@ -5,11 +5,14 @@ The rules (docs/pools.md#rebalance), each one visible in the proposal's explanat
 
 1. **Moves.** A GPU in nobody's pool whose GPU-time p95 over the window is at most
    `idle_p95` (default 10%), and in its latest bucket too (work that just started stays where
-   it is), observed for at least `min_coverage` of the window, and not in MIG mode (re-carving
-   it would stop its instances), moves into the pool. It keeps its owner. `Options(moves=False)`
-   moves none; `join` and `leave` are moves by hand (a GPU given back to its silo gets its
-   limiter lines cleared by a `pool:` entry that comes first in `carve:`, and is not moved back
-   on the planner's own while that entry is there).
+   it is), observed for at least `min_coverage` of the window (a GPU with less stays, and a note
+   says why), and not in MIG mode (re-carving it would stop its instances), moves into the
+   pool. It keeps its owner. `Options(moves=False)` moves none; `join` and `leave` are moves by
+   hand (a GPU given back to its silo gets its limiter lines cleared by a `pool:` entry that
+   comes first in `carve:`, and is not moved back on the planner's own while that entry is
+   there). Buckets a node could not read count for no team (accounting.py); the CLI refuses to
+   propose on such evidence unless told to (`--allow-incomplete-history`), and the proposal's
+   notes say which node has how many.
 2. **Floors.** Every team's guarantee in the pool is at least the p95 of its GPU-time on the
    pool's GPUs (old members and moved ones) over the window, so that with the silo GPUs it keeps
    no team is guaranteed less than it uses. A guarantee the pool already gives is kept
@@ -254,7 +257,7 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
     opts = options or Options()
     name = opts.pool
     pool = fleet.pools.get(name)
-    notes: list[str] = []
+    notes: list[str] = evidence.incomplete_lines()
     leave = set(opts.leave)
     join = set(opts.join)
     members = [g for g in evidence.gpus if g.pool == name and (g.node, g.index) not in leave]
@@ -291,6 +294,12 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
             continue
         coverage = g.coverage()
         if coverage < opts.min_coverage:
+            # Said, not skipped in silence (a node recording for a short while, or with unreadable
+            # history, would otherwise lose its GPUs from the proposal without a word).
+            notes.append(
+                f"{g.label()} stays: its history covers {coverage:.0%} of the window "
+                f"(at least {opts.min_coverage:.0%} needed to move a GPU)"
+            )
             continue
         busy = g.p95_busy()
         if busy > opts.idle_p95 + 1e-12:

@@ -289,6 +289,14 @@ class PoolScreen(ViewScreen):
                 text.append(f"\n✖ {node}: {reason}", style="red")
             if len(items) > MAX_MISSING:
                 text.append(f"\n  … and {len(items) - MAX_MISSING} more nodes without data", style="red")
+        if view is not None and view.evidence.incomplete:
+            # Unreadable history is unknown time: the figures above leave it out, and say so.
+            lines = view.evidence.incomplete_lines()
+            for line in lines[:-1][:MAX_MISSING]:
+                text.append(f"\n⚠ {line}", style="bold yellow")
+            if len(lines) - 1 > MAX_MISSING:
+                text.append(f"\n  … and {len(lines) - 1 - MAX_MISSING} more nodes", style="yellow")
+            text.append(f"\n  {lines[-1]}", style="yellow")
         if self.gapp.readonly:
             text.append(
                 "\nREADONLY: moving GPUs and applying are disabled; p still shows the planner's proposal"
