@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
+
+from gpuops.cli import output
 
 app = typer.Typer(
     name="gpuops",
@@ -34,7 +37,17 @@ for _name in _COMMAND_MODULES:
 
 
 def main() -> None:
-    app()
+    output.install()
+    try:
+        try:
+            app()
+        finally:
+            # What is still buffered is written here, inside the handlers below, not at
+            # interpreter exit where a failure is only "Exception ignored" and exit 120.
+            sys.stdout.flush()
+    except (output.OutputError, BrokenPipeError) as exc:
+        output.give_up(exc)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
