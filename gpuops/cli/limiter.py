@@ -166,7 +166,7 @@ def _snapshot_json(snap: limiter.RegionSnapshot, shares: dict[str, float]) -> di
                 "compute_share_ratio": t.compute_percent / 100 if t.compute_percent else None,
                 "gpu_share_ratio": shares.get(t.name),
                 "memory_used_bytes": t.memory_used,
-                "memory_limit_bytes": t.memory_limit or None,
+                "memory_limit_bytes": t.memory_limit if t.memory_limit or t.memory_capped else None,
                 "gpu_time_seconds": t.busy_ns / 1e9,
                 "processes": t.processes,
             }
@@ -253,7 +253,7 @@ def status(
                 _share_text(gpu_shares.get(t.name)) if gpu_shares else "n/a",
                 format_duration(t.busy_ns / 1e9),
                 format_bytes(t.memory_used),
-                format_bytes(t.memory_limit) if t.memory_limit else "-",
+                format_bytes(t.memory_limit) if t.memory_limit or t.memory_capped else "-",
                 str(t.processes),
             )
         console.print(table)

@@ -2,7 +2,8 @@
 
 - The tenant table, ``<dir>/tenants``: written here (atomically) by the agent, read by every
   CUDA process that loads the library.  Environment variables of a process can only lower what
-  the table grants.
+  the table grants.  A copy, ``<dir>/tenants.last-good``, is what processes that start while the
+  table is bad go by (docs/limiter.md, "Threat model: what fails closed, and how").
 - The shared regions, ``<dir>/gpu-<UUID>.region``: one per GPU, written by the library.  Read
   here for per-tenant and per-process usage.  The layout mirrors native/src/region.h (checked
   by tests/native against ``gpuops-limiter-layout``).
@@ -27,6 +28,7 @@ from gpuops.core.units import UnitError, parse_bytes, parse_percent
 
 DEFAULT_DIR = "/run/gpuops/limiter"
 TABLE_FILE = "tenants"
+LAST_GOOD_FILE = "tenants.last-good"
 TABLE_HEADER = "gpuops-limiter-table 1"
 
 POLICIES = ("best-effort", "fixed-share", "burst-share")  # index = value in the region
@@ -47,7 +49,7 @@ class TenantSpec:
     """One line of the tenant table.  name '*' applies to tenants without a line of their own."""
 
     name: str
-    memory: Optional[int] = None  # bytes; None = no cap
+    memory: Optional[int] = None  # bytes; None = no cap, 0 = every allocation refused
     compute: Optional[float] = None  # percent; None = no share
     policy: Optional[str] = None  # fixed-share | burst-share | best-effort (default from compute)
     klass: str = "online"
@@ -65,8 +67,8 @@ class TenantSpec:
     def validate(self) -> None:
         if self.name != "*" and not _NAME_RE.match(self.name):
             raise LimiterError("tenant name %r: use 1-63 letters, digits, '.', '_' or '-'" % (self.name,))
-        if self.memory is not None and self.memory <= 0:
-            raise LimiterError("tenant %s: memory must be positive" % self.name)
+        if self.memory is not None and self.memory < 0:
+            raise LimiterError("tenant %s: memory must not be negative" % self.name)
         if self.compute is not None and not 0 < self.compute <= 100:
             raise LimiterError("tenant %s: compute must lie in (0, 100]%%" % self.name)
         if self.policy is not None and self.policy not in POLICIES:
@@ -112,6 +114,9 @@ def format_table(specs: Sequence[TenantSpec], generation: int) -> str:
 def parse_table(text: str) -> Tuple[int, List[TenantSpec]]:
     """The table's generation and lines; LimiterError('line N: ...') on anything malformed,
     following the same rules as the library (which then keeps its last good table)."""
+    if text and not text.endswith("\n"):
+        # what a reader sees of a file caught half-written
+        raise LimiterError("line %d: last line incomplete (no newline): truncated" % (text.count("\n") + 1))
     generation = 0
     specs: List[TenantSpec] = []
     header = False
@@ -176,7 +181,8 @@ def write_table(
     directory: Union[str, Path], specs: Sequence[TenantSpec], generation: Optional[int] = None
 ) -> int:
     """Replaces the tenant table atomically (write, fsync, rename); returns its generation.
-    Running programs pick it up within about a second."""
+    Running programs pick it up within about a second.  The same text goes first to
+    ``tenants.last-good``, the copy programs starting while the table is bad go by."""
     directory = Path(directory)
     if generation is None:
         try:
@@ -185,16 +191,24 @@ def write_table(
             generation = int(time.time())
     text = format_table(specs, generation)
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / (".%s.%d.tmp" % (TABLE_FILE, os.getpid()))
-    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for name in (LAST_GOOD_FILE, TABLE_FILE):
+        _replace_file(directory, name, text.encode("utf-8"))
+    return generation
+
+
+def _replace_file(directory: Path, name: str, data: bytes) -> None:
+    """Write, fsync, rename: a reader sees the old file or the new one, never part of one."""
+    tmp = directory / (".%s.%d.tmp" % (name, os.getpid()))
+    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
-        os.write(fd, text.encode("utf-8"))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
         os.fchmod(fd, 0o644)
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(str(tmp), str(directory / TABLE_FILE))
-    return generation
+    os.replace(str(tmp), str(directory / name))
 
 
 # --------------------------------------------------------------------------- shared regions
@@ -227,6 +241,7 @@ OFFSETS = {
     "rg_tenant.busy_ns": 96,
     "rg_tenant.charged_ns": 104,
     "rg_tenant.config_gen": 160,
+    "rg_tenant.mem_capped": 180,
     "rg_tenant.grants": 168,
     "rg_tenant.members": 256,
     "rg_slot.state": 0,
@@ -256,7 +271,7 @@ class ProcessUsage:
     tenant: str
     alive: bool
     memory_used: int
-    memory_limit: int  # 0 = none
+    memory_limit: int  # 0 = none, or its tenant's cap of 0 (TenantUsage.memory_capped)
     busy_ns: int
     launches: int
     waited_ns: int
@@ -268,7 +283,7 @@ class ProcessUsage:
 @dataclass(frozen=True)
 class TenantUsage:
     name: str
-    memory_limit: int  # 0 = none
+    memory_limit: int  # 0 = none, unless memory_capped
     compute_percent: float  # 0 = none
     policy: str
     klass: str
@@ -278,6 +293,7 @@ class TenantUsage:
     grants: int
     processes: int
     waiting: int
+    memory_capped: bool = False  # memory_limit is a cap, 0 included (every allocation refused)
 
 
 @dataclass(frozen=True)
@@ -433,6 +449,7 @@ def read_region(path: Union[str, Path]) -> RegionSnapshot:
                 grants=_u64(buf, base + OFFSETS["rg_tenant.grants"]),
                 processes=len(live),
                 waiting=_u32(buf, base + OFFSETS["rg_tenant.waiting"]),
+                memory_capped=_u32(buf, base + OFFSETS["rg_tenant.mem_capped"]) == 1,
             )
         )
     lease = _u64(buf, OFFSETS["rg_header.lease"])

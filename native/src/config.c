@@ -11,8 +11,10 @@
  *   tenant * memory=1GiB compute=5 policy=fixed-share
  *
  * "tenant *" applies to tenants that have no line of their own.  A line with gpus= applies to
- * those GPUs (index or UUID) and wins over a line without.  Anything malformed rejects the whole
- * file: the library then keeps the last good table.
+ * those GPUs (index or UUID) and wins over a line without.  memory=0 is a cap of zero (every
+ * allocation refused); no memory= is no cap.  Anything malformed rejects the whole file, and so
+ * does a last line without its newline (a file caught half-written): the library then keeps the
+ * last good table, or fails closed (hooks.c).
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -66,6 +68,13 @@ int gl_table_parse(const char *text, size_t len, struct gl_table *out, char *err
         return fail(err, errlen, 0, "out of memory");
     }
     int lineno = 0, have_header = 0, have_gen = 0, rc = 0;
+    if (len && text[len - 1] != '\n') {
+        int lines = 1;
+        for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
+        free(copy);
+        free(t.e);
+        return fail(err, errlen, lines, "last line incomplete (no newline): truncated");
+    }
     char *save = NULL;
     for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         lineno++;
@@ -99,6 +108,7 @@ int gl_table_parse(const char *text, size_t len, struct gl_table *out, char *err
         struct gl_table_entry *e = &t.e[t.n];
         memset(e, 0, sizeof *e);
         snprintf(e->name, sizeof e->name, "%s", name);
+        e->cfg.mem_limit = GL_MEM_NONE;
         e->cfg.policy = -1;
         e->cfg.klass = CLASS_ONLINE;
         double share = -1;
@@ -169,20 +179,28 @@ static int gpus_match(const char *list, int index, const char *uuid) {
 
 int gl_table_lookup(const struct gl_table *t, const char *tenant, int index, const char *uuid, struct gl_cfg *out) {
     const char *names[2] = {tenant, "*"};
+    int managed = 0;
     for (int pass = 0; pass < 2; pass++) {
         const struct gl_table_entry *any = NULL, *specific = NULL;
         for (int i = 0; i < t->n; i++) {
             const struct gl_table_entry *e = &t->e[i];
-            if (strcmp(e->name, names[pass]) != 0) continue;
+            int applies = !e->gpus[0] || gpus_match(e->gpus, index, uuid);
+            managed |= applies;
+            if (!applies || strcmp(e->name, names[pass]) != 0) continue;
             if (!e->gpus[0]) any = e;
-            else if (!specific && gpus_match(e->gpus, index, uuid)) specific = e;
+            else if (!specific) specific = e;
         }
         if (specific || any) {
             *out = (specific ? specific : any)->cfg;
             return 1;
         }
     }
-    return 0;
+    return managed ? -1 : 0;
+}
+
+struct gl_cfg gl_cfg_closed(void) {
+    struct gl_cfg c = {0, 10, POLICY_FIXED, CLASS_OFFLINE};
+    return c;
 }
 
 /* ------------------------------------------------------------------ environment */
@@ -240,10 +258,10 @@ void gl_env_read(struct gl_env *env) {
 }
 
 struct gl_cfg gl_cfg_lower(const struct gl_cfg *table, int found, const struct gl_env *env, int dev) {
-    struct gl_cfg c = {0, 0, POLICY_BEST_EFFORT, CLASS_ONLINE};
+    struct gl_cfg c = {GL_MEM_NONE, 0, POLICY_BEST_EFFORT, CLASS_ONLINE};
     if (found) c = *table;
     uint64_t mem = (dev >= 0 && dev < GL_MAX_DEV && env->mem_limit_dev[dev]) ? env->mem_limit_dev[dev] : env->mem_limit_all;
-    if (mem && (!c.mem_limit || mem < c.mem_limit)) c.mem_limit = mem;
+    if (mem && mem < c.mem_limit) c.mem_limit = mem;
     double share = (dev >= 0 && dev < GL_MAX_DEV && env->share_dev[dev] >= 0) ? env->share_dev[dev] : env->share_all;
     if (!found) {
         /* No line in the table for this tenant (ad-hoc use): the environment describes it. */

@@ -100,17 +100,160 @@ static void read_identity(void) {
     /* On a managed node the directory is fixed: the environment cannot point elsewhere. */
     const char *dir = "/run/gpuops/limiter";
     const char *envdir = getenv("GPUOPS_LIMITER_DIR");
-    if (access("/run/gpuops/limiter/mandatory", F_OK) != 0 && envdir && *envdir) dir = envdir;
+    G.mandatory = access("/run/gpuops/limiter/mandatory", F_OK) == 0;
+    if (!G.mandatory && envdir && *envdir) dir = envdir;
     snprintf(G.dir, sizeof G.dir, "%s", dir);
 }
 
-/* (Re)loads the tenant table; keeps the last good one when the file is unreadable or garbage. */
-static void load_table(int force) {
+/* ------------------------------------------------------------------ the tenant table
+ *
+ * Fail closed.  A process takes its limits from, in order: the table; else (the table invalid,
+ * unreadable or gone) the table it already had; else the last good copy on disk
+ * (<dir>/tenants.last-good); else, when the directory is managed (a table file exists or
+ * existed, or the node is mandatory), the most restrictive configuration, gl_cfg_closed().  Only
+ * a directory that has never had a table describes tenants by the environment alone (ad-hoc use
+ * of `gpuops limiter run`). */
+#define TABLE_MAX (1 << 20)
+
+static void table_path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", G.dir, name); }
+
+/* Reads at most TABLE_MAX bytes of an open file; NULL if it is larger or unreadable. */
+static char *read_all(int fd, const struct stat *st, size_t *len) {
+    if (st->st_size > TABLE_MAX) return NULL;
+    char *buf = malloc((size_t)st->st_size + 1);
+    size_t got = 0;
+    while (buf && got < (size_t)st->st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)st->st_size - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    *len = got;
+    return buf;
+}
+
+/* The last good copy counts only if whoever controls the directory wrote it: a regular file
+ * owned by the directory's owner and writable by nobody else (the table itself is the
+ * directory owner's to write, so this copy is trusted exactly as far as the table is). */
+static int load_last_good(struct gl_table *t, char *why, size_t n) {
     char path[600];
-    snprintf(path, sizeof path, "%s/tenants", G.dir);
+    table_path(path, sizeof path, "tenants.last-good");
+    struct stat dst, st;
+    if (stat(G.dir, &dst) != 0) {
+        snprintf(why, n, "%s: %s", G.dir, strerror(errno));
+        return -1;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        snprintf(why, n, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != dst.st_uid || (st.st_mode & 022)) {
+        close(fd);
+        snprintf(why, n, "%s: not a regular file of the directory's owner, writable by it alone", path);
+        return -1;
+    }
+    size_t len = 0;
+    char *buf = read_all(fd, &st, &len);
+    close(fd);
+    if (!buf) {
+        snprintf(why, n, "%s: unreadable or too large", path);
+        return -1;
+    }
+    char err[160];
+    int rc = gl_table_parse(buf, len, t, err, sizeof err);
+    free(buf);
+    if (rc != 0) snprintf(why, n, "%s: %s", path, err);
+    return rc;
+}
+
+/* Keeps a copy of a table that parsed, for processes that start while the table is bad.  Only
+ * the directory's owner writes it (root on a node: the agent, or a root process), atomically,
+ * and only when it differs from the copy there. */
+static void save_last_good(const char *text, size_t len) {
+    struct stat dst, st;
+    if (stat(G.dir, &dst) != 0 || dst.st_uid != geteuid()) return;
+    char path[600], tmp[640];
+    table_path(path, sizeof path, "tenants.last-good");
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+        size_t have = 0;
+        char *old = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && !(st.st_mode & 022) ? read_all(fd, &st, &have) : NULL;
+        close(fd);
+        int same = old && have == len && !memcmp(old, text, len);
+        free(old);
+        if (same) return;
+    }
+    snprintf(tmp, sizeof tmp, "%s/.tenants.last-good.%d.tmp", G.dir, (int)getpid());
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        GL_LOG(LOG_WARN, "cannot keep the last good tenant table: %s: %s", tmp, strerror(errno));
+        return;
+    }
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, text + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += (size_t)w;
+    }
+    int ok = done == len && fchmod(fd, 0644) == 0 && fsync(fd) == 0;
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        GL_LOG(LOG_WARN, "cannot keep the last good tenant table in %s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+}
+
+static void set_table(struct gl_table *t) {
+    if (G.table_ok) gl_table_free(&G.table);
+    G.table = *t;
+    G.table_ok = 1;
+    G.fail_closed = 0;
+    G.table_epoch++;
+}
+
+/* The table is unusable (why): keep what this process has, else the last good copy, else fail
+ * closed; absent: a directory without a table, which is ad-hoc use unless the node is mandatory. */
+static void table_unusable(const char *path, const char *why, int absent) {
+    if (G.table_ok) {
+        GL_LOG(LOG_ERROR, "tenant table %s %s; keeping the last good limits", path, why);
+        return;
+    }
+    struct gl_table t;
+    char lg[800];
+    if (load_last_good(&t, lg, sizeof lg) == 0) {
+        set_table(&t);
+        GL_LOG(LOG_ERROR, "tenant table %s %s; using the last good table %s/tenants.last-good (generation %llu)",
+               path, why, G.dir, (unsigned long long)t.generation);
+        return;
+    }
+    if (absent && !G.mandatory) return; /* never managed: the environment describes the tenant */
+    if (!G.fail_closed) {
+        G.fail_closed = 1;
+        G.table_epoch++;
+        GL_LOG(LOG_ERROR,
+               "tenant table %s %s and there is no last good table (%s): failing closed, every GPU allocation "
+               "is refused and compute is held to 1%% (fixed-share, offline) until a valid table appears",
+               path, why, lg);
+    }
+}
+
+/* (Re)loads the tenant table when the file changed (always when force). */
+static void load_table(int force) {
+    char path[600], why[200];
+    table_path(path, sizeof path, "tenants");
     struct stat st;
     if (stat(path, &st) != 0) {
-        if (G.table_ok && errno == ENOENT) GL_LOG(LOG_WARN, "tenant table %s disappeared; keeping the last one", path);
+        int e = errno;
+        /* remember the failure as the file's stamp, so the same failure is handled once */
+        uint64_t mt = e == ENOENT ? 0 : 1, size = (uint64_t)e;
+        if (!force && G.table_mtime_ns == mt && G.table_size == size && G.table_ino == 0) return;
+        G.table_mtime_ns = mt;
+        G.table_size = size;
+        G.table_ino = 0;
+        snprintf(why, sizeof why, "%s", e == ENOENT ? "does not exist" : strerror(e));
+        table_unusable(path, why, e == ENOENT);
         return;
     }
     uint64_t mt = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
@@ -119,37 +262,50 @@ static void load_table(int force) {
     G.table_mtime_ns = mt;
     G.table_size = (uint64_t)st.st_size;
     G.table_ino = (uint64_t)st.st_ino;
-    if (st.st_size > (1 << 20)) {
-        GL_LOG(LOG_ERROR, "tenant table %s is too large; keeping the last good limits", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, sizeof why, "cannot be opened (%s)", strerror(errno));
+        table_unusable(path, why, 0);
         return;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    char *buf = malloc((size_t)st.st_size + 1);
     size_t got = 0;
-    while (buf && got < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-        if (n <= 0) break;
-        got += (size_t)n;
-    }
+    char *buf = read_all(fd, &st, &got);
     close(fd);
-    if (!buf) return;
+    if (!buf) {
+        snprintf(why, sizeof why, "%s", st.st_size > TABLE_MAX ? "is too large" : "cannot be read");
+        table_unusable(path, why, 0);
+        return;
+    }
     struct gl_table t;
     char err[160];
     if (gl_table_parse(buf, got, &t, err, sizeof err) != 0) {
-        GL_LOG(LOG_ERROR, "tenant table %s is invalid (%s); keeping the last good limits", path, err);
+        snprintf(why, sizeof why, "is invalid (%s)", err);
+        table_unusable(path, why, 0);
     } else {
-        if (G.table_ok) gl_table_free(&G.table);
-        G.table = t;
-        G.table_ok = 1;
+        set_table(&t);
+        save_last_good(buf, got);
         GL_LOG(LOG_DEBUG, "loaded tenant table %s generation %llu", path, (unsigned long long)t.generation);
     }
     free(buf);
 }
 
 static void apply_cfg(struct gl_dev *d) {
-    struct gl_cfg tc;
-    int found = G.table_ok && gl_table_lookup(&G.table, G.tenant, d->index, d->uuid, &tc);
+    struct gl_cfg tc = gl_cfg_closed();
+    int found = 1;
+    if (G.table_ok) {
+        found = gl_table_lookup(&G.table, G.tenant, d->index, d->uuid, &tc);
+        if (found < 0) {
+            /* the GPU is under the limiter, but nothing says what this tenant may have */
+            GL_LOG(LOG_ERROR,
+                   "tenant table has no line for tenant %s on GPU %s and no 'tenant *' line: failing closed, every "
+                   "allocation is refused and compute is held to 1%% (fixed-share, offline)",
+                   G.tenant, d->uuid);
+            tc = gl_cfg_closed();
+            found = 1;
+        }
+    } else if (!G.fail_closed) {
+        found = 0;
+    }
     d->cfg = gl_cfg_lower(&tc, found, &G.env, d->index);
     d->cfg_gen = G.table_ok ? G.table.generation : 0;
 }
@@ -160,9 +316,9 @@ void gl_maybe_reload(void) {
     if (now < next) return;
     if (!atomic_compare_exchange_strong(&G.next_reload_check, &next, now + 500000000ull)) return;
     if (pthread_mutex_trylock(&G.lock) != 0) return;
-    uint64_t gen_before = G.table_ok ? G.table.generation : 0, mt_before = G.table_mtime_ns;
+    uint64_t epoch_before = G.table_epoch;
     load_table(0);
-    int changed = G.table_mtime_ns != mt_before || (G.table_ok ? G.table.generation : 0) != gen_before;
+    int changed = G.table_epoch != epoch_before;
     for (int i = 0; i < GL_MAX_DEV; i++) {
         struct gl_dev *d = &G.dev[i];
         if (atomic_load(&d->state) == 0) continue;
@@ -409,7 +565,7 @@ static struct gl_dev *dev_by_nvml(nvmlDevice_t dev) {
 static void tenant_view(struct gl_dev *d, unsigned long long *total, unsigned long long *used,
                         unsigned long long *free_b) {
     uint64_t limit = gl_mem_limit(d);
-    if (!limit) return;
+    if (limit == GL_MEM_NONE) return;
     uint64_t u = atomic_load(&d->state) == 1 ? gl_tenant_mem_used(d) : atomic_load(&d->local_used);
     unsigned long long t = *total < limit ? *total : limit;
     unsigned long long f = u < t ? t - u : 0;

@@ -52,8 +52,11 @@ int gl_parse_bytes(const char *s, uint64_t *out);
 int gl_parse_percent(const char *s, double *out);
 
 /* ------------------------------------------------------------------ configuration (config.c) */
+/* No memory cap.  A cap of 0 is a real cap: every allocation is refused. */
+#define GL_MEM_NONE UINT64_MAX
+
 struct gl_cfg {
-    uint64_t mem_limit;       /* bytes, 0 = none */
+    uint64_t mem_limit;       /* bytes, GL_MEM_NONE = none */
     uint32_t share_permille;  /* 0 = none */
     int policy;               /* POLICY_* */
     int klass;                /* CLASS_* */
@@ -74,8 +77,13 @@ struct gl_table {
 /* Parse a tenant table; returns 0 and fills *out, or -1 with a message in err. */
 int gl_table_parse(const char *text, size_t len, struct gl_table *out, char *err, size_t errlen);
 void gl_table_free(struct gl_table *t);
-/* The entry for tenant on GPU (index, uuid); 1 if found. */
+/* The entry for tenant on GPU (index, uuid), else the "tenant *" entry: 1 if found; 0 if no line
+ * of the table applies to the GPU (it is not under the limiter); -1 if some line applies to the
+ * GPU but none for this tenant and no "tenant *" (the caller fails closed). */
 int gl_table_lookup(const struct gl_table *t, const char *tenant, int index, const char *uuid, struct gl_cfg *out);
+/* The most restrictive configuration: what a process gets when the node is managed but there is
+ * no valid table to say what it may have (memory cap 0, fixed 1% share, offline). */
+struct gl_cfg gl_cfg_closed(void);
 
 struct gl_env {
     uint64_t mem_limit_all, mem_limit_dev[GL_MAX_DEV];
@@ -137,7 +145,10 @@ struct gl_state {
     char dir[512];
     struct gl_env env;
     struct gl_table table;
-    int table_ok;
+    int table_ok;             /* G.table holds the tenant table or the last good copy of it */
+    int mandatory;            /* /run/gpuops/limiter/mandatory exists: a table must be there */
+    int fail_closed;          /* no valid table on a managed node: gl_cfg_closed() for everyone */
+    uint64_t table_epoch;     /* bumped whenever table_ok, table or fail_closed change */
     uint64_t table_mtime_ns, table_size, table_ino;
     _Atomic uint64_t next_reload_check;
     uint64_t init_wall_ns, init_cpu_ns;  /* cost of gl_init, reported with the first registration */
@@ -184,7 +195,7 @@ int gl_mem_reserve(struct gl_dev *d, uint64_t size);
 void gl_mem_unreserve(struct gl_dev *d, uint64_t size);
 void gl_track_put(uint64_t key, int kind, int dev, uint64_t size);
 int gl_track_take(uint64_t key, int kind, int *dev, uint64_t *size);
-uint64_t gl_mem_limit(struct gl_dev *d);  /* effective limit, 0 = none */
+uint64_t gl_mem_limit(struct gl_dev *d);  /* effective limit, GL_MEM_NONE = none */
 
 /* ------------------------------------------------------------------ compute (sched.c) */
 /* Releases what this process holds in the scheduler when it exits. */

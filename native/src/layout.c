@@ -28,6 +28,7 @@ int main(void) {
     F(rg_tenant, busy_ns);
     F(rg_tenant, charged_ns);
     F(rg_tenant, config_gen);
+    F(rg_tenant, mem_capped);
     F(rg_tenant, grants);
     F(rg_tenant, members);
     F(rg_slot, state);

@@ -93,19 +93,19 @@ uint64_t gl_mem_limit(struct gl_dev *d) { return d->cfg.mem_limit; }
 
 int gl_mem_reserve(struct gl_dev *d, uint64_t size) {
     gl_maybe_reload();
-    uint64_t limit = d->cfg.mem_limit;
-    if (limit && size > limit) return 0;
+    uint64_t limit = d->cfg.mem_limit; /* GL_MEM_NONE: no size is over it */
+    if (size > limit) return 0;
     uint64_t mine = atomic_fetch_add(&d->local_used, size) + size;
     if (atomic_load_explicit(&d->state, memory_order_acquire) != 1) {
         /* no shared region: the cap applies to this process alone */
-        if (limit && mine > limit) {
+        if (mine > limit) {
             atomic_fetch_sub(&d->local_used, size);
             return 0;
         }
         return 1;
     }
     atomic_fetch_add(&d->me->mem_used, size);
-    if (!limit) return 1;
+    if (limit == GL_MEM_NONE) return 1;
     for (int attempt = 0; attempt < 2; attempt++) {
         if (gl_tenant_mem_used(d) <= limit) return 1;
         /* over the cap: first make sure no dead process's usage is counted */
@@ -358,7 +358,7 @@ GL_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
     CUresult r = gl_real_cuMemGetInfo_v2(free_b, total_b);
     if (r != CUDA_SUCCESS || !free_b || !total_b) return r;
     struct gl_dev *d = gl_dev_current();
-    if (!d || !d->cfg.mem_limit) return r;
+    if (!d || d->cfg.mem_limit == GL_MEM_NONE) return r;
     uint64_t limit = d->cfg.mem_limit, used;
     if (atomic_load(&d->state) == 1) {
         static _Atomic uint64_t next_sweep;
@@ -380,7 +380,7 @@ GL_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     CUresult r = gl_real_cuDeviceTotalMem_v2(bytes, dev);
     if (r != CUDA_SUCCESS || !bytes) return r;
     struct gl_dev *d = gl_dev_get(dev);
-    if (d && d->cfg.mem_limit && *bytes > d->cfg.mem_limit) *bytes = (size_t)d->cfg.mem_limit;
+    if (d && *bytes > d->cfg.mem_limit) *bytes = (size_t)d->cfg.mem_limit;
     return r;
 }
 

@@ -266,12 +266,15 @@ static int claim_slot(struct gl_dev *d) {
 
 void gl_publish_cfg(struct gl_dev *d) {
     if (!d->rg || !d->tn) return;
-    atomic_store(&d->tn->mem_limit, d->cfg.mem_limit);
+    /* The region says "0 = none" (older libraries share it); mem_capped tells a cap of 0 apart. */
+    int capped = d->cfg.mem_limit != GL_MEM_NONE;
+    atomic_store(&d->tn->mem_limit, capped ? d->cfg.mem_limit : 0);
+    atomic_store(&d->tn->mem_capped, (uint32_t)capped);
     atomic_store(&d->tn->share_permille, d->cfg.share_permille);
     atomic_store(&d->tn->policy, (uint32_t)d->cfg.policy);
     atomic_store(&d->tn->klass, (uint32_t)d->cfg.klass);
     atomic_store(&d->tn->config_gen, d->cfg_gen);
-    atomic_store(&d->me->mem_limit, d->cfg.mem_limit);
+    atomic_store(&d->me->mem_limit, capped ? d->cfg.mem_limit : 0);
 }
 
 static int open_region(const char *path, const char *uuid) {

@@ -80,7 +80,7 @@ struct rg_tenant {
     uint32_t name_hash;                /* 4 */
     char name[RG_NAME_LEN];            /* 8 */
     /* configuration (from the tenant table, lowered by the environment of its processes) */
-    _Atomic uint64_t mem_limit;        /* 72: bytes, 0 = none */
+    _Atomic uint64_t mem_limit;        /* 72: bytes, 0 = none unless mem_capped */
     _Atomic uint32_t share_permille;   /* 80: 0 = none */
     _Atomic uint32_t policy;           /* 84 */
     _Atomic uint32_t klass;            /* 88 */
@@ -96,7 +96,7 @@ struct rg_tenant {
     _Atomic uint64_t config_gen;       /* 160: table generation the configuration came from */
     _Atomic uint64_t grants;           /* 168 */
     _Atomic uint32_t rejoin;           /* 176: started wanting after an idle spell */
-    uint32_t pad0;                     /* 180 */
+    _Atomic uint32_t mem_capped;       /* 180: 1 = mem_limit is a cap, even 0 (nothing may be allocated) */
     _Atomic uint64_t lease_busy0;      /* 184: busy_ns when its current lease began */
     _Atomic uint64_t lease_charged;    /* 192: charged so far in its current lease */
     uint8_t pad[56];                   /* 200 */
@@ -117,7 +117,7 @@ struct rg_slot {
     _Atomic uint64_t pending_until_ns; /* 64: estimated end of its queued GPU work */
     _Atomic uint64_t launched_seq;     /* 72: lease sequence it last launched under */
     _Atomic uint64_t drained_seq;      /* 80: lease sequence it last drained */
-    _Atomic uint64_t mem_limit;        /* 88: its effective memory limit (env may lower) */
+    _Atomic uint64_t mem_limit;        /* 88: its effective memory limit (env may lower); 0 as its tenant's */
     uint64_t init_ns;                  /* 96: wall time of the limiter's start-up in it */
     uint64_t init_cpu_ns;              /* 104: CPU time of the limiter's start-up in it */
     _Atomic uint64_t waited_ns;        /* 112: total time waited at the gate */

@@ -100,7 +100,8 @@ def test_memory_info_shows_the_tenants_view(lab: Lab) -> None:
 
 
 def test_without_a_limit_the_whole_gpu_is_visible(lab: Lab) -> None:
-    lab.table("tenant other memory=1MiB")
+    # a tenant * line without limits: what the table gives tenants it does not name is no cap
+    lab.table("tenant other memory=1MiB", "tenant *")
     out, _ = lab.run("init", "alloc", "500m", "info")
     assert out["alloc"] == [["0"]]
     assert out["info"][0][2] == str(1024 * MIB)
@@ -172,11 +173,12 @@ def test_garbage_tenant_table_keeps_the_last_good_limits(lab: Lab) -> None:
     assert "tenant table" in err and "invalid" in err
 
 
-def test_garbage_table_at_start_uses_environment_and_logs(lab: Lab) -> None:
+def test_garbage_table_at_start_fails_closed_and_logs(lab: Lab) -> None:
+    # no last good table: the environment's 100 MiB cannot stand in for the table (fail closed)
     lab.write_table("gpuops-limiter-table 1\ntenant a memory=lots\n")
     out, err = lab.run("init", "alloc", "60m", "alloc", "60m", CUDA_DEVICE_MEMORY_LIMIT="100m")
-    assert out["alloc"] == [["0"], [OOM]]
-    assert "invalid" in err
+    assert out["alloc"] == [[OOM], [OOM]]
+    assert "invalid" in err and "failing closed" in err
 
 
 def test_garbage_region_file_keeps_limits_in_force(lab: Lab) -> None:

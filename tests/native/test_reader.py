@@ -60,16 +60,17 @@ def test_written_table_is_what_the_library_enforces(lab: Lab) -> None:
         ("gpuops-limiter-table 1\ntenant a policy=burst-share\n", "line 2"),
         ("gpuops-limiter-table 1\ntenant bad/name\n", "line 2"),
         ("gpuops-limiter-table 1\ntenant a color=red\n", "line 2"),
+        ("gpuops-limiter-table 1\ntenant a memory=1GiB", "line 2: last line incomplete"),
     ],
 )
 def test_garbage_tables_are_rejected_like_the_library_does(lab: Lab, text: str, error: str) -> None:
     with pytest.raises(limiter.LimiterError, match=error):
         limiter.parse_table(text)
-    # the library refuses the same file: a program under it gets no cap from it
+    # the library refuses the same file: with no last good table, a program under it fails closed
     lab.write_table(text)
     out, err = lab.run("init", "alloc", "900m")
-    assert out["alloc"] == [["0"]]
-    assert "invalid" in err
+    assert out["alloc"] == [["2"]]
+    assert "invalid" in err and "failing closed" in err
 
 
 def test_reader_reports_tenants_and_processes(lab: Lab) -> None:
