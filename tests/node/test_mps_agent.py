@@ -357,7 +357,9 @@ def test_limiter_apply_generations_stale_and_unchanged(node: dict[str, Path]) ->
         }
         mode = table.stat()
         assert stat.S_IMODE(mode.st_mode) == 0o644 and mode.st_uid == os.geteuid()
-        assert sorted(p.name for p in node["limiter"].iterdir()) == ["tenants"]  # no temporary left
+        # The table and its last good copy (new processes fall back on it: docs/limiter.md), no temporary
+        assert sorted(p.name for p in node["limiter"].iterdir()) == ["tenants", "tenants.last-good"]
+        assert (node["limiter"] / "tenants.last-good").read_bytes() == table.read_bytes()
         generation, specs = read_table(node["limiter"])
         assert generation == 1 and [s.name for s in specs] == ["vision", "nlp", "*"]
         assert specs[0].policy == "fixed-share" and specs[2].policy == "best-effort"
