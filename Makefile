@@ -25,6 +25,7 @@ LINTED := $(wildcard gpuops tests bench plugins)
 lint: venv
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/lint-imports --no-cache
 
 typecheck: venv
 	$(BIN)/mypy gpuops/core gpuops/node gpuops/spec gpuops/fleet gpuops/cli gpuops/tui gpuops/plan gpuops/tenancy

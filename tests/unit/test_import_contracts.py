@@ -1,0 +1,52 @@
+"""The layer contracts of docs/architecture.md (pyproject.toml, [tool.importlinter]) are enforced:
+`make lint` runs lint-imports, and an import that breaks a layer makes it fail."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(tree))  # this copy of gpuops, not the installed one
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=tree, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "gpuops", tmp_path / "gpuops", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def test_the_tree_keeps_its_contracts(tree: Path) -> None:
+    result = _lint(tree)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("gpuops/core/leak.py", "import gpuops.fleet.ssh\n", "core/ is the base"),
+        ("gpuops/node/leak.py", "from gpuops.spec import Fleet\n", "node/ ships alone"),
+        ("gpuops/tui/leak.py", "from gpuops.node.agent import Agent\n", "through the protocol only"),
+        ("gpuops/fleet/leak.py", "from gpuops.plan import apply\n", "operator layers"),
+    ],
+)
+def test_a_layer_violation_fails_the_lint(tree: Path, module: str, line: str, contract: str) -> None:
+    (tree / module).write_text(line)
+    result = _lint(tree)
+    assert result.returncode != 0
+    broken = result.stdout.split("Broken contracts", 1)[-1]
+    assert contract in broken and "BROKEN" in result.stdout, result.stdout
