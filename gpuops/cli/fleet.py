@@ -27,6 +27,7 @@ from gpuops.fleet.targets import node_targets
 from gpuops.spec import Fleet, SpecError, load_fleet
 
 EXIT_PARTIAL = 3  # discover: some nodes could not be reached
+DISCOVERY_TIMEOUT = 30.0  # status: seconds the first snapshot waits for slow nodes
 
 _STATE_STYLE = {LIVE: "green", STALE: "yellow", UNREACHABLE: "red", "connecting": "dim"}
 
@@ -125,7 +126,7 @@ def _share(used: int, total: int) -> str:
     return f"{100 * used / total:.0f}% of {render.size(total)}" if total else ""
 
 
-def _json(snapshot: FleetSnapshot, fleet: Fleet) -> dict[str, Any]:
+def snapshot_json(snapshot: FleetSnapshot, fleet: Fleet) -> dict[str, Any]:
     return {
         "time": snapshot.time,
         "nodes": [
@@ -158,7 +159,7 @@ def discover_fleet(fleet_file: Path, as_json: bool, timeout: float) -> None:
     fleet = load_or_fail(fleet_file)
     snapshot = run(_discover(fleet, 1.0, timeout))
     if as_json:
-        typer.echo(json.dumps(_json(snapshot, fleet), indent=2))
+        typer.echo(json.dumps(snapshot_json(snapshot, fleet), indent=2))
     else:
         console = CliConsole()
         console.print(nodes_table(snapshot))
@@ -175,27 +176,51 @@ def register(app: typer.Typer) -> None:
         interval: str | None = typer.Option(
             None, "--interval", help="Sampling interval, e.g. 1s (default: fleet.yaml)."
         ),
+        as_json: bool = typer.Option(
+            False, "--json", help="One JSON document per refresh, one per line (JSON Lines)."
+        ),
+        count: int | None = typer.Option(
+            None, "--count", help="Stop after this many refreshes (default: until Ctrl-C)."
+        ),
     ) -> None:
-        """A live table of every node and team, refreshed at the interval until Ctrl-C."""
+        """A live table of every node and team, refreshed at the interval until Ctrl-C.
+
+        Without a terminal, or with --json, one line per refresh instead, flushed as it is printed.
+        """
         fleet = load_or_fail(fleet_file)
         every = _interval(interval, fleet)
+        if count is not None and count < 1:
+            fail(f"--count must be at least 1 (got {count})", code=2)
         if once:
-            discover_fleet(fleet_file, False, timeout=30.0)
+            if count is not None:
+                fail("give either --once or --count, not both", code=2)
+            discover_fleet(fleet_file, as_json, timeout=DISCOVERY_TIMEOUT)
             return
+        console = CliConsole()
         with contextlib.suppress(KeyboardInterrupt):
-            run(run_live(fleet, every))
+            if as_json or not console.is_terminal:
+                from gpuops.cli.status_lines import json_line, print_lines, summary_line
+
+                line = json_line(lambda s: snapshot_json(s, fleet)) if as_json else summary_line
+                run(print_lines(fleet, every, count, line, DISCOVERY_TIMEOUT))
+            else:
+                run(run_live(fleet, every, count))
 
 
-async def run_live(fleet: Fleet, every: float) -> None:
-    """Redraw the nodes and teams tables at the interval until cancelled (Ctrl-C)."""
+async def run_live(fleet: Fleet, every: float, count: int | None = None) -> None:
+    """Redraw the nodes and teams tables at the interval, `count` times or until cancelled."""
     collector = Collector(node_targets(fleet), interval=every, max_handshakes=fleet.max_handshakes)
     collector.start()
     console = CliConsole()
     try:
         with Live(console=console, auto_refresh=False, screen=False) as live:
+            refreshes = 0
             while True:
                 snapshot = collector.snapshot()
                 live.update(Group(nodes_table(snapshot), teams_table(snapshot, fleet)), refresh=True)
+                refreshes += 1
+                if count is not None and refreshes >= count:
+                    return
                 await asyncio.sleep(every)
     finally:
         await collector.stop()

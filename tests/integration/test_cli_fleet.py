@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +143,92 @@ def test_demo_shows_a_live_fleet_and_leaves_nothing_behind() -> None:
     directory = out.split("(", 1)[1].split(")", 1)[0].rsplit("/", 1)[0]
     left = subprocess.run(["pgrep", "-f", f"simfleet serve --dir {directory}"], capture_output=True)
     assert left.returncode == 1, left.stdout
+
+
+def _lines_as_they_come(
+    process: subprocess.Popen[bytes], want: int, deadline_s: float
+) -> list[tuple[float, str]]:
+    """The first `want` lines of `process`'s stdout, each with the monotonic time it arrived."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    lines: list[tuple[float, str]] = []
+    pending = b""
+    deadline = time.monotonic() + deadline_s
+    while len(lines) < want:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            process.kill()
+            pytest.fail(f"{len(lines)} of {want} lines after {deadline_s:.0f}s: {lines}")
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        lines += [(time.monotonic(), line.decode()) for line in complete]
+    assert not pending or len(lines) >= want, f"a line cut short: {pending[-200:]!r}"
+    return lines
+
+
+def _status(*args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuops", "status", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "COLUMNS": "220"},
+    )
+
+
+def test_status_on_a_pipe_prints_a_line_per_refresh(sshd_loopback: Sshd, tmp_path: Path) -> None:
+    """Not a terminal: no live table to redraw, so one line per refresh, each as it happens
+    (it used to print nothing until Ctrl-C)."""
+    fleet = _fleet_yaml(tmp_path, sshd_loopback, extra_node_port=free_port())
+    process = _status("-f", str(fleet), "--interval", "1s")
+    try:
+        lines = _lines_as_they_come(process, 3, deadline_s=40)
+        assert process.poll() is None  # still running: the lines came per refresh, not at the end
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr.decode()
+    assert lines[2][0] - lines[0][0] > 1.0  # two intervals apart, give or take scheduling
+    for _, line in lines:
+        assert "2 nodes: 1 live, 0 stale, 1 unreachable" in line, line
+        assert (
+            "/8 GPUs busy" in line
+            and "not live: gpu-gone unreachable (" in line
+            and "connection refused" in line
+        )
+
+
+def test_status_json_lines_and_count(sshd_loopback: Sshd, tmp_path: Path) -> None:
+    """--json: one document per refresh, one per line; --count ends it, exit 0."""
+    process = _status(
+        "-f", str(_fleet_yaml(tmp_path, sshd_loopback)), "--json", "--interval", "1s", "--count", "2"
+    )
+    lines = _lines_as_they_come(process, 2, deadline_s=40)
+    out, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr.decode()
+    assert out == b""  # --count 2: two documents, no more
+    assert lines[1][0] - lines[0][0] > 0.5  # each arrived at its refresh, a second apart
+    documents = [json.loads(line) for _, line in lines]
+    assert documents[1]["time"] > documents[0]["time"]
+    for document in documents:
+        (node,) = document["nodes"]
+        assert node["name"] == "gpu-a-01" and node["state"] == "live" and len(node["sample"]["gpus"]) == 8
+        assert {t["team"] for t in document["teams"]} == {"vision", "research"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--count", "0"], "--count must be at least 1"),
+        (["--once", "--count", "2"], "either --once or --count"),
+    ],
+)
+def test_status_count_is_checked(tmp_path: Path, args: list[str], message: str) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text("version: 1\nnodes:\n  - name: a\n    host: 127.0.0.1\n")
+    result = _gpuops("status", "-f", str(path), *args)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, result.stderr
