@@ -139,6 +139,7 @@ def snapshot_json(snapshot: FleetSnapshot, fleet: Fleet) -> dict[str, Any]:
                 "owner": v.owner,
                 "inventory": to_json(v.inventory) if v.inventory else None,
                 "sample": to_json(v.sample) if v.sample else None,
+                "interrupted": list(v.hello.interrupted) if v.hello else [],
             }
             for v in snapshot.nodes
         ],
@@ -164,6 +165,9 @@ def discover_fleet(fleet_file: Path, as_json: bool, timeout: float) -> None:
         console = CliConsole()
         console.print(nodes_table(snapshot))
         console.print(teams_table(snapshot, fleet))
+        for v in sorted(snapshot.nodes, key=lambda v: v.name):
+            for line in v.hello.interrupted if v.hello else ():
+                console.print(f"{v.name}: {line}", style="bold yellow", markup=False, highlight=False)
     if any(v.sample is None for v in snapshot.nodes):
         raise typer.Exit(EXIT_PARTIAL)
 

@@ -48,6 +48,8 @@ class Hello:
     backend: str
     backend_error: str
     capabilities: tuple[str, ...] = field(default_factory=tuple)
+    # One line per journal of an interrupted apply on the node: only `gpuops apply` resolves one.
+    interrupted: tuple[str, ...] = field(default_factory=tuple)
 
 
 _CLOSED = object()
@@ -234,6 +236,7 @@ class AgentClient:
                 backend=str(result["backend"]),
                 backend_error=str(result.get("backend_error", "")),
                 capabilities=tuple(str(c) for c in result.get("capabilities", [])),
+                interrupted=tuple(str(line)[:1000] for line in result.get("interrupted", [])[:256]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise AgentError(proto.INVALID_REQUEST, f"{self.name}: malformed hello reply ({exc})") from None

@@ -36,6 +36,7 @@ from gpuops.core.codec import to_json
 from gpuops.core.delta import diff, sample_rows
 from gpuops.node.backends.base import Backend, BackendError
 from gpuops.node.limiter_tags import LimiterTagger
+from gpuops.node.state import interrupted_applies
 
 if TYPE_CHECKING:
     from gpuops.node.mps import MpsControl
@@ -280,6 +281,9 @@ class Agent:
                     "backend_error": self.unavailable_reason,
                     "capabilities": capabilities,
                     "ops": list(proto.OPS),
+                    # Journals of interrupted applies: reported, never resolved, by a session
+                    # that may only read (node/state.py).
+                    "interrupted": interrupted_applies(self.state_dir),
                 },
             )
         )
@@ -397,12 +401,27 @@ class Agent:
         except OSError as exc:
             raise proto.ProtocolError(proto.INTERNAL, "cannot take the node lock: %s" % exc) from None
         try:
-            recovered = recover(backend, state)
+            recovery = recover(backend, state)
+            asked = {change.gpu for change in changes}
+            # A refusal of a GPU this apply changes is said in its result; of another, as a note.
+            recovered = [n for n in recovery.notes if n not in recovery.refused.values()] + [
+                line for index, line in sorted(recovery.refused.items()) if index not in asked
+            ]
             results = []
             for change in changes:
+                refused = recovery.refused.get(change.gpu)
+                if refused is not None:
+                    results.append({"gpu": change.gpu, "ok": False, "code": "journal", "message": refused})
+                    continue
+                expect = change.expect
+                restored = recovery.restored.get(change.gpu)
+                if restored is not None and expect == restored[0]:
+                    # The plan was made from the half-done state this recovery just undid: that
+                    # undoing is the only change since, so the plan still holds from the old layout.
+                    expect = restored[1]
                 try:
                     done = apply_layout(
-                        backend, state, change.gpu, change.layout, change.expect, force, change.known_pids
+                        backend, state, change.gpu, change.layout, expect, force, change.known_pids
                     )
                     results.append(dict(done, ok=True))
                 except ApplyError as exc:

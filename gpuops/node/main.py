@@ -29,7 +29,7 @@ def run_agent(
     history_dir: Optional[str] = None,
 ) -> int:
     """Serve the agent protocol on stdin/stdout until EOF; returns the exit code."""
-    from gpuops.node.mig_apply import recover_at_start
+    from gpuops.node.state import interrupted_applies
     from gpuops.node.stdio import stdio_streams
 
     log_to_stderr(log_level)
@@ -47,9 +47,10 @@ def run_agent(
         mps_control=mps_control,
         history_dir=history_dir,
     )
-    if backend is not None:
-        for note in recover_at_start(backend, agent.state_dir):
-            logging.getLogger("gpuops.agent").warning("%s", note)
+    # A journal of an interrupted apply is said, not resolved: this session may be a read-only
+    # one (discover, status, tui), and only an apply changes a GPU (node/mig_apply.py recover).
+    for note in interrupted_applies(agent.state_dir):
+        logging.getLogger("gpuops.agent").warning("%s", note)
 
     async def main() -> None:
         reader, writer = stdio_streams(asyncio.get_event_loop(), 0, protocol_out)

@@ -11,13 +11,17 @@
 4. verifies the result; on any failure it destroys what it made and recreates the old layout,
    so the GPU ends in its old layout or its new one, never between; then clears the journal.
 
-`recover` runs when an agent starts: a journal left by a killed agent is resolved the same way.
+`recover` runs at the start of the next apply (never in a read-only session: they report the
+journal, node/state.py `interrupted_applies`): a journal left by a killed agent is checked against
+the catalog and the live GPU, then resolved the same way, or the GPU is left alone and the reason
+given (docs/mig.md#interrupted-applies).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from gpuops.core.mig.catalog import MigModel, find_model
 from gpuops.core.mig.layout import (
     InstanceSpec,
     MigLayout,
@@ -27,6 +31,7 @@ from gpuops.core.mig.layout import (
     kept_instances,
     layout_of,
 )
+from gpuops.core.mig.placement import Placement, check_layout
 from gpuops.core.model import Gpu
 from gpuops.node.backends.base import Backend, BackendError
 from gpuops.node.state import NodeState
@@ -104,7 +109,7 @@ def apply_layout(
         try:
             _transition(backend, index, old)
         except (BackendError, ApplyError) as undo:
-            # The journal stays: the next agent start (or apply) tries again.
+            # The journal stays: the next apply checks it and tries again.
             raise ApplyError(
                 "stuck",
                 "GPU %d: %s; restoring the old layout failed too (%s); the journal keeps it for recovery"
@@ -151,44 +156,178 @@ def _show(layout: Optional[MigLayout]) -> str:
     return ", ".join("%d@%d" % (i.profile_id, i.start) for i in layout.instances) or "MIG on, no instances"
 
 
-def recover(backend: Backend, state: NodeState) -> List[str]:
-    """Resolve journals left by a killed agent; returns one line per GPU for the agent's log."""
-    notes = []
-    for record in state.pending():
-        index, uuid = record["index"], record["uuid"]
+class Recovery:
+    """What `recover` did: notes for the apply's output, GPUs it left alone (index -> the one-line
+    reason; the apply changes none of them), and GPUs it put back in their old layout (index ->
+    fingerprint before, after: the apply's plan may have been made from the state it undid)."""
+
+    def __init__(self) -> None:
+        self.notes: List[str] = []
+        self.refused: Dict[int, str] = {}
+        self.restored: Dict[int, Tuple[str, str]] = {}
+
+
+def recover(backend: Backend, state: NodeState) -> Recovery:
+    """Resolve the journals an interrupted apply left, under the node lock, from an apply only.
+
+    A journal is trusted only when it is well-formed, both its layouts are possible on its GPU
+    (profiles of that model in the catalog, valid placements and compute instances), its GPU is
+    here with the same UUID and index, and the live layout is its old one, its new one or a state
+    between them (every instance one of either layout's, with at most its compute instances).
+    Then: new -> the journal is cleared; else the GPU is put back in its old layout. Otherwise the
+    GPU is left alone, the journal kept, and the reason said (one line, with the journal's path)."""
+    done = Recovery()
+    entries = state.journals()
+    if not entries:
+        return done
+    try:
+        gpus = list(backend.sample().gpus)
+    except BackendError as exc:
+        for path, record, _problem in entries:
+            index = record.get("index") if record is not None else None
+            line = "interrupted-apply journal %s: the GPUs cannot be read (%s); left alone" % (path, exc)
+            if isinstance(index, int) and not isinstance(index, bool):
+                done.refused[index] = line
+            done.notes.append(line)
+        return done
+    for path, record, problem in entries:
+        gpu = _journal_gpu(state, gpus, path, record)
         try:
-            old = MigLayout.from_json(record.get("old"))
-            new = MigLayout.from_json(record.get("new"))
-            gpu = _gpu(backend, index)
-            if gpu.info.uuid != uuid:
-                notes.append(
-                    "journal for %s names GPU %d, which is now %s: left alone" % (uuid, index, gpu.info.uuid)
-                )
-                continue
+            if problem:
+                raise ValueError(problem)
+            assert record is not None
+            old, new = _checked(record, gpu)
+            assert gpu is not None
+            index = gpu.info.index
+            before = fingerprint(gpu)
             if layout_of(gpu) == new:
-                notes.append("GPU %d: the interrupted change had completed" % index)
+                done.notes.append("GPU %d: the interrupted change had completed" % index)
+            elif layout_of(gpu) == old and gpu.mig is not None and gpu.mig.pending == gpu.mig.current:
+                done.notes.append("GPU %d: the interrupted change had not begun" % index)
             else:
                 _transition(backend, index, old)
-                notes.append("GPU %d: an interrupted change was undone (old layout restored)" % index)
-            state.end(uuid)
+                after = _gpu(backend, index)
+                if layout_of(after) != old:
+                    raise ApplyError(
+                        "verify", "the old layout did not come back (%s)" % _show(layout_of(after))
+                    )
+                done.restored[index] = (before, fingerprint(after))
+                done.notes.append("GPU %d: an interrupted change was undone (old layout restored)" % index)
+            state.end(gpu.info.uuid)
         except (ValueError, BackendError, ApplyError) as exc:
-            notes.append("GPU %d: recovery failed (%s); the journal is kept" % (index, exc))
-    return notes
+            why = exc.message if isinstance(exc, ApplyError) else str(exc)
+            where = "GPU %d: " % gpu.info.index if gpu is not None else ""
+            line = (
+                "%sinterrupted-apply journal %s: %s; left alone: check the GPU, then remove the journal"
+                % (
+                    where,
+                    path,
+                    why,
+                )
+            )
+            if gpu is not None:
+                done.refused[gpu.info.index] = line
+            done.notes.append(line)
+    return done
 
 
-def recover_at_start(backend: Backend, state_dir: str) -> List[str]:
-    """When an agent starts: finish what a killed agent left half-done, unless an apply holds the
-    node lock now (it recovers first itself). Returns the notes for the agent's log."""
-    from gpuops.node.state import LockBusy
+def _journal_gpu(
+    state: NodeState, gpus: Sequence[Gpu], path: str, record: Optional[Dict[str, Any]]
+) -> Optional[Gpu]:
+    """The GPU a journal is about: by the UUID it names, else by its file name."""
+    uuid = record.get("uuid") if record is not None else None
+    for gpu in gpus:
+        if gpu.info.uuid == uuid or state.journal_path(gpu.info.uuid) == path:
+            return gpu
+    return None
 
-    state = NodeState(state_dir)
-    if not state.pending():
-        return []
-    try:
-        lock = state.lock("agent start-up recovery")
-    except (LockBusy, OSError):
-        return []
-    try:
-        return recover(backend, state)
-    finally:
-        NodeState.unlock(lock)
+
+def _checked(record: Dict[str, Any], gpu: Optional[Gpu]) -> Tuple[MigLayout, MigLayout]:
+    """The journal's old and new layouts when it can be trusted on `gpu`; else ValueError."""
+    layouts = []
+    for key in ("old", "new"):
+        try:
+            layouts.append(MigLayout.from_json(record[key]))
+        except ValueError as exc:
+            raise ValueError("%s layout: %s" % (key, exc)) from None
+    old, new = layouts
+    if gpu is None:
+        raise ValueError("it names GPU %s, which is not on this node" % record["uuid"])
+    if gpu.info.index != record["index"]:
+        raise ValueError(
+            "it names GPU %s as index %d, which is index %d now"
+            % (gpu.info.uuid, record["index"], gpu.info.index)
+        )
+    if gpu.mig is None:
+        raise ValueError("GPU %d (%s) does not support MIG" % (gpu.info.index, gpu.info.name))
+    model = find_model(gpu.info.mig_model or gpu.info.name)
+    if model is None:
+        raise ValueError("no MIG profiles are known for %s" % gpu.info.name)
+    for key, layout in (("old", old), ("new", new)):
+        problem = _impossible(model, layout)
+        if problem:
+            raise ValueError("%s layout is impossible on %s: %s" % (key, model.key, problem))
+    live = layout_of(gpu)
+    assert live is not None
+    if not _between(live, gpu.mig.pending, old, new):
+        raise ValueError(
+            "the live layout (%s) is neither its old (%s) nor its new (%s) nor a state between them"
+            % (_show(live), _show(old), _show(new))
+        )
+    return old, new
+
+
+def _impossible(model: MigModel, layout: MigLayout) -> str:
+    """Why `layout` cannot exist on a GPU of `model` ("" when it can)."""
+    if not layout.enabled:
+        return ""
+    placements = []
+    for spec in layout.instances:
+        profile = model.find_profile(spec.profile_id)
+        if profile is None:
+            return "no GPU instance profile %d (%s)" % (spec.profile_id, model.profile_list())
+        placements.append(Placement(profile.name, profile.id, spec.start, profile.memory_slices))
+        counts: Dict[int, int] = {}
+        for ci in spec.compute:
+            cp = next((c for c in profile.compute_profiles if c.id == ci), None)
+            if cp is None:
+                return "%s@%d: no compute instance profile %d in it" % (profile.name, spec.start, ci)
+            counts[ci] = counts.get(ci, 0) + 1
+            if counts[ci] > cp.max_count:
+                return "%s@%d: more than %d %s" % (profile.name, spec.start, cp.max_count, cp.name)
+        slices = sum(c.slices for c in profile.compute_profiles for ci in spec.compute if c.id == ci)
+        if slices > profile.compute_slices:
+            return "%s@%d: compute instances of %d slices in %d" % (
+                profile.name,
+                spec.start,
+                slices,
+                profile.compute_slices,
+            )
+    result = check_layout(model, placements)
+    return "" if result.ok else result.reason
+
+
+def _between(live: MigLayout, pending: bool, old: MigLayout, new: MigLayout) -> bool:
+    """Whether `live` is a state a change from old to new (or its undoing) passes through: MIG
+    mode that of either, each instance one of either layout's with a subset of its compute
+    instances (destroyed first, created last)."""
+    modes = (old.enabled, new.enabled)
+    if live.enabled not in modes or pending not in modes:
+        return False
+    specs = list(old.instances) + list(new.instances)
+    for inst in live.instances:
+        if not any(
+            s.profile_id == inst.profile_id and s.start == inst.start and _sub(inst.compute, s.compute)
+            for s in specs
+        ):
+            return False
+    return True
+
+
+def _sub(part: Tuple[int, ...], whole: Tuple[int, ...]) -> bool:
+    rest = list(whole)
+    for ci in part:
+        if ci not in rest:
+            return False
+        rest.remove(ci)
+    return True

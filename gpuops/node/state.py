@@ -4,9 +4,10 @@
   kernel drops an flock when its holder dies, so a crashed apply never leaves a stale lock;
   the file's text only says who holds it, for the message another apply gets.
 - The **journal**: before a GPU's layout changes, its old and new layouts are written (atomically)
-  to `mig-<uuid>.json`, and removed once the change is done or undone. An agent that finds one
-  at start-up (the previous agent was killed mid-change) puts that GPU back in its old layout,
-  unless it already has the new one: a GPU ends in one layout or the other, never between.
+  to `mig-<uuid>.json`, and removed once the change is done or undone. One left behind means an
+  apply was interrupted (its agent killed mid-change). Only the next apply resolves it, after
+  checking it (node/mig_apply.py `recover`); read-only sessions only report it
+  (`interrupted_applies`), as Terraform leaves a stale state lock to the next write command.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import errno
 import json
 import os
 import time
-from typing import Any, Dict, List, Optional, TextIO
+from typing import Any, Dict, List, Optional, TextIO, Tuple
 
 try:
     import fcntl
@@ -33,6 +34,9 @@ def default_state_dir() -> str:
         return "/var/lib/gpuops"
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return os.path.join(base, "gpuops")
+
+
+MAX_JOURNAL_BYTES = 1024 * 1024  # a journal is two layouts: anything bigger is not one
 
 
 class LockBusy(Exception):
@@ -75,6 +79,10 @@ class NodeState:
 
     # ---- the journal -------------------------------------------------------------------------
 
+    def journal_path(self, uuid: str) -> str:
+        """Where the journal of this GPU is kept."""
+        return self._journal_path(uuid)
+
     def _journal_path(self, uuid: str) -> str:
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in uuid)[:100]
         return os.path.join(self.directory, "mig-%s.json" % safe)
@@ -102,29 +110,61 @@ class NodeState:
             os.unlink(self._journal_path(uuid))
 
     def pending(self) -> List[Dict[str, Any]]:
-        """Journal records left by an agent that died mid-change (unreadable ones are skipped)."""
+        """Well-formed journal records left by an agent that died mid-change."""
+        return [record for _path, record, problem in self.journals() if record is not None and not problem]
+
+    def journals(self) -> List[Tuple[str, Optional[Dict[str, Any]], str]]:
+        """Every journal file: (path, its record or None, "" or what is wrong with it). A record
+        comes with a problem when it names a GPU but is malformed otherwise."""
         try:
             names = sorted(os.listdir(self.directory))
         except OSError:
             return []
-        records = []
+        out = []
         for name in names:
             if name.startswith("mig-") and name.endswith(".json"):
-                record = self._read(os.path.join(self.directory, name))
-                if record is not None:
-                    records.append(record)
-        return records
+                path = os.path.join(self.directory, name)
+                record, problem = self._read(path)
+                out.append((path, record, problem))
+        return out
 
     @staticmethod
-    def _read(path: str) -> Optional[Dict[str, Any]]:
+    def _read(path: str) -> Tuple[Optional[Dict[str, Any]], str]:
         try:
+            if os.path.getsize(path) > MAX_JOURNAL_BYTES:
+                return None, "larger than a journal is"
             with open(path) as f:
                 data = json.load(f)
-        except (OSError, ValueError):
-            return None
-        ok = (
-            isinstance(data, dict)
-            and isinstance(data.get("uuid"), str)
-            and isinstance(data.get("index"), int)
-        )
-        return data if ok else None
+        except OSError as exc:
+            return None, "cannot be read (%s)" % (exc.strerror or exc)
+        except (ValueError, RecursionError):
+            return None, "not JSON"
+        if not isinstance(data, dict):
+            return None, "not a journal (expected an object)"
+        uuid, index = data.get("uuid"), data.get("index")
+        if not isinstance(uuid, str) or not uuid:
+            return None, "'uuid': expected the GPU's UUID"
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            return data, "'index': expected a GPU index"
+        for key in ("old", "new"):
+            if not isinstance(data.get(key), dict):
+                return data, "%r: expected a layout" % key
+        return data, ""
+
+
+def interrupted_applies(directory: str) -> List[str]:
+    """One line per journal in the state directory, for read-only sessions: what was interrupted
+    and that only an apply resolves it. Nothing is changed."""
+    lines = []
+    for path, record, problem in NodeState(directory).journals():
+        if record is not None and not problem:
+            lines.append(
+                "interrupted apply on GPU %d (%s), journal %s: run `gpuops apply` to roll it back or "
+                "finish it" % (record["index"], record["uuid"], path)
+            )
+        else:
+            lines.append(
+                "interrupted-apply journal %s: %s; `gpuops apply` leaves its GPU alone until it is "
+                "checked and the journal removed" % (path, problem)
+            )
+    return lines

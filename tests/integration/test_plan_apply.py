@@ -329,13 +329,20 @@ def test_an_agent_killed_between_two_creates_is_undone_and_apply_converges(fleet
     # The GPU is left half-made, as hardware would be, and the journal says what was under way.
     assert len(NodeState(str(state)).pending()) == 1
 
-    # Any agent that starts on the node (here: discover's) puts the old layout back first.
-    mig = mig_of(discover(fleet)["sim-robotics-01"], 0)
-    assert mig["current"] is False and mig["gpu_instances"] == []
-    assert NodeState(str(state)).pending() == []
+    # A read-only session (here: discover) changes nothing: it says an apply was interrupted.
+    node = discover(fleet)["sim-robotics-01"]
+    mig = mig_of(node, 0)
+    assert mig["current"] is True and len(mig["gpu_instances"]) == 1
+    (line,) = node["interrupted"]
+    assert line.startswith("interrupted apply on GPU 0 (") and "run `gpuops apply`" in line
+    assert len(NodeState(str(state)).pending()) == 1
 
+    # The next apply checks the journal against the catalog and the GPU, puts the old layout back,
+    # then makes the change it was planned from the half-made state.
     again = gpuops("apply", str(carve), "--yes")
     assert again.returncode == 0, again.stdout
+    assert "recovered: GPU 0: an interrupted change was undone (old layout restored)" in again.stdout
+    assert NodeState(str(state)).pending() == []
     assert gpuops("assert", str(carve)).returncode == 0
 
 

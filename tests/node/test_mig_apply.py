@@ -171,8 +171,9 @@ def test_an_agent_killed_mid_change_is_recovered_at_next_start(state: NodeState)
     assert _live(backend, 1) not in (old, None)  # really left between layouts
     assert len(state.pending()) == 1
     backend.armed = False
-    notes = recover(backend, state)
-    assert notes == ["GPU 1: an interrupted change was undone (old layout restored)"]
+    recovery = recover(backend, state)
+    assert recovery.notes == ["GPU 1: an interrupted change was undone (old layout restored)"]
+    assert recovery.refused == {} and set(recovery.restored) == {1}
     assert _live(backend, 1) == old
     assert state.pending() == []
 

@@ -46,7 +46,7 @@ from gpuops.fleet.simfleet.faults import FaultyBackend
 from gpuops.fleet.simfleet.history import SimHistory
 from gpuops.node.agent import Agent
 from gpuops.node.backends.base import Backend
-from gpuops.node.mig_apply import recover_at_start
+from gpuops.node.state import interrupted_applies
 
 log = logging.getLogger("gpuops.simfleet")
 
@@ -316,8 +316,9 @@ class SimFleetServer:
             # Faults (faults.py) reach the node's GPUs through this wrapper; "kill" drops this
             # session as a SIGKILLed agent would.
             backend = cast(Backend, FaultyBackend(node.backend, state, on_kill=process.channel.abort))
-            # As a real agent does when it starts: finish what a killed one left half-done.
-            for note in recover_at_start(backend, str(state)):
+            # As a real agent does when it starts: say what a killed one left half-done (only
+            # an apply resolves it).
+            for note in interrupted_applies(str(state)):
                 log.warning("%s: %s", node.name, note)
             history = self.history
             agent = Agent(
