@@ -287,7 +287,7 @@ class MpsChange:
 
 @dataclass(frozen=True)
 class LimiterTenant:
-    """One line of the limiter tenant table (fields as gpuops.node.limiter.TenantSpec)."""
+    """One line of the limiter tenant table (fields as gpuops.core.tenant_table.TenantSpec)."""
 
     name: str  # a tenant, or * for tenants without a line of their own
     memory: Optional[int]  # bytes; None = no cap

@@ -29,8 +29,8 @@ from gpuops.core.mig.catalog import (
     normalize_model_name,
 )
 from gpuops.core.mig.placement import Placement, PlacementResult, check_layout, solve
+from gpuops.core.tenant_table import TenantSpec
 from gpuops.core.units import format_bytes
-from gpuops.node.limiter import TenantSpec
 from gpuops.spec.desired import (
     ALL_TENANTS,
     CI_LEVEL_RE,
@@ -332,7 +332,7 @@ def desired_mps(spec: MpsSpec, entry: int = 0, location: str = "") -> DesiredMps
 
 @dataclass(frozen=True)
 class DesiredTenant:
-    """One tenant's line in the limiter table (fields as gpuops.node.limiter.TenantSpec)."""
+    """One tenant's line in the limiter table (fields as gpuops.core.tenant_table.TenantSpec)."""
 
     name: str  # a team, or * for tenants without a line
     memory: int | None  # bytes; None = no cap
