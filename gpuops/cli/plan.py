@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
@@ -24,15 +26,17 @@ from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
 from gpuops.cli.fleet import load_or_fail
 from gpuops.fleet.targets import node_targets
-from gpuops.plan.apply import CHANGED, PARTIAL, UNCHANGED, NodeResult, apply_fleet, stale_gpus
+from gpuops.plan.apply import CHANGED, PARTIAL, UNCHANGED, NodeResult, apply_fleet, shown_node, stale_gpus
 from gpuops.plan.diff import make_plan
 from gpuops.plan.export import carve_entries
 from gpuops.plan.live import NodeLive, read_fleet
-from gpuops.plan.model import Plan, PlanError, digest, plan_from_json
+from gpuops.plan.model import Plan, PlanError, digest
 from gpuops.plan.render import plan_lines
+from gpuops.plan.saved import EditedPlanError, plan_document, read_plan, save_plan
 from gpuops.spec import Fleet
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+EXIT_EDITED = 4  # apply --plan: the file is not what gpuops plan -o wrote (its digest differs)
 DEFAULT_PARALLEL = 10
 LOCALHOST = "localhost"  # the local node's name until its agent says its hostname
 
@@ -43,7 +47,7 @@ def _read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        fail(f"{path}: {exc.strerror or exc}")
+        fail(escape(f"{path}: {exc.strerror or exc}"))
 
 
 def _live(fleet: Fleet, parallel: int, names: set[str] | None = None) -> list[NodeLive]:
@@ -54,7 +58,9 @@ def _live(fleet: Fleet, parallel: int, names: set[str] | None = None) -> list[No
 def _make(fleet_file: Path, parallel: int) -> tuple[Fleet, Plan]:
     fleet = load_or_fail(fleet_file)
     data = _read_bytes(fleet_file)
-    plan = make_plan(fleet, _live(fleet, parallel), str(fleet_file), digest(data), time.time())
+    # Absolute, so that a saved plan finds its fleet.yaml from any working directory.
+    where = os.path.abspath(fleet_file)
+    plan = make_plan(fleet, _live(fleet, parallel), where, digest(data), time.time())
     return fleet, plan
 
 
@@ -63,14 +69,20 @@ def _print_plan(plan: Plan) -> None:
         _out.print(line)
 
 
-def _write_json(path: Path, document: Any) -> None:
-    text = json.dumps(document, indent=2) + "\n"
-    tmp = path.with_name(f".{path.name}.tmp")
+def _save(path: Path, plan: Plan) -> None:
     try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        save_plan(path, plan)
+    except PlanError as exc:
+        fail(escape(str(exc)))
     except OSError as exc:
-        fail(f"cannot write {path}: {exc.strerror or exc}")
+        fail(escape(f"cannot write {path}: {exc.strerror or exc}"))
+
+
+def _document(plan: Plan) -> dict[str, Any]:
+    try:
+        return plan_document(plan)
+    except PlanError as exc:
+        fail(escape(str(exc)))
 
 
 def _results_table(results: list[NodeResult]) -> None:
@@ -119,11 +131,11 @@ def plan_command(
     Exit 0: no changes; 1: error; 2: changes."""
     _fleet, plan = _make(fleet_file, parallel)
     if as_json:
-        typer.echo(json.dumps(plan.to_json(), indent=2))
+        typer.echo(json.dumps(_document(plan), indent=2))
     else:
         _print_plan(plan)
     if out is not None:
-        _write_json(out, plan.to_json())
+        _save(out, plan)
         if not as_json:
             _out.print(f"Saved to {out}: apply it with gpuops apply --plan {out}")
     raise typer.Exit(plan.exit_code())
@@ -131,13 +143,11 @@ def plan_command(
 
 def _load_plan(path: Path) -> Plan:
     try:
-        data = json.loads(_read_bytes(path).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        fail(f"{path}: not JSON ({exc})")
-    try:
-        return plan_from_json(data, str(path))
+        return read_plan(path)
+    except EditedPlanError as exc:
+        fail(escape(str(exc)), code=EXIT_EDITED)
     except PlanError as exc:
-        fail(str(exc))
+        fail(escape(str(exc)))
 
 
 def apply_command(
@@ -175,17 +185,22 @@ def _apply_saved(
     plan = _load_plan(plan_file)
     source = fleet_file or (Path(plan.fleet_file) if plan.fleet_file else None)
     if source is None:
-        fail(f"{plan_file}: the plan does not name its fleet.yaml; give it: gpuops apply FLEET --plan PLAN")
+        fail(
+            escape(
+                f"{plan_file}: the plan does not name its fleet.yaml; give it: gpuops apply FLEET --plan PLAN"
+            )
+        )
     fleet = load_or_fail(source)
     if not as_json and plan.fleet_digest and digest(_read_bytes(source)) != plan.fleet_digest:
-        _out.print(f"[yellow]note:[/] {source} changed since the plan was made; the plan is applied as saved")
-    todo = {n.name: n for n in plan.nodes if n.changes}
+        changed = escape(f"{source} changed since the plan was made; the plan is applied as saved")
+        _out.print(f"[yellow]note:[/] {changed}")
+    todo = {n.name: n for n in plan.nodes if any(g.has_payload for g in n.gpus)}
     if not todo:
         _out.print("The plan has no changes.")
         return
     unknown = sorted(set(todo) - {n.name for n in fleet.nodes})
     if unknown:
-        fail(f"{plan_file}: node {unknown[0]} is not in {source}")
+        fail(escape(f"{plan_file}: node {unknown[0]} is not in {source}"))
     # The whole plan is checked before anything is applied: a plan made from another state is
     # not applied anywhere.
     lives = _live(fleet, parallel * 3, set(todo))
@@ -197,12 +212,18 @@ def _apply_saved(
         stale += [f"{live.name} {line}" for line in stale_gpus(todo[live.name], live)]
     if stale:
         for line in stale:
-            _out.print(f"[red]changed since the plan:[/] {line}")
-        fail(f"the live state changed since {plan_file} was made; nothing applied (make a new plan)")
+            _out.print(f"[red]changed since the plan:[/] {escape(line)}")
+        fail(escape(f"the live state changed since {plan_file} was made; nothing applied (make a new plan)"))
+    # What is shown and confirmed is worked out from the payloads that will be sent.
+    shown = Plan(tuple(shown_node(todo[live.name], live) for live in lives))
+    if not shown.changes:
+        _out.print("The plan has no changes left to make.")
+        return
     if not as_json:
-        _print_plan(Plan(tuple(todo.values())))
-    _confirm(yes, plan)
-    results = asyncio.run(apply_fleet(fleet, node_targets(fleet), todo, force=force, parallel=parallel))
+        _print_plan(shown)
+    _confirm(yes, shown)
+    nodes = {n.name: n for n in shown.nodes if n.changes}
+    results = asyncio.run(apply_fleet(fleet, node_targets(fleet), nodes, force=force, parallel=parallel))
     _finish(results, as_json)
 
 
@@ -284,7 +305,7 @@ def export_command(
         try:
             out.write_text(result, encoding="utf-8")
         except OSError as exc:
-            fail(f"cannot write {out}: {exc.strerror or exc}")
+            fail(escape(f"cannot write {out}: {exc.strerror or exc}"))
     if any(not live.ok for live in lives):
         raise typer.Exit(EXIT_ERROR)
 

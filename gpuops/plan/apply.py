@@ -1,7 +1,8 @@
 """Applying a plan, node by node (bounded concurrency), each node through its agent:
 
 1. read the node again; with a saved plan, refuse the node if a GPU it changes is not as it was
-   (fingerprints), saying what changed;
+   (fingerprints), saying what changed; what each GPU gets is worked out from the payloads against
+   that state (`shown_node`), never taken from the plan's own lines;
 2. stop MPS daemons of GPUs whose MIG layout changes (their devices go away);
 3. MIG changes: one `mig_apply` request, each GPU a transaction on the node (old layout or new
    one, never between; refused with pids and users while processes are in the way unless forced);
@@ -20,7 +21,7 @@ import getpass
 import os
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuops.core.mig.layout import MigLayout, layout_of
@@ -34,6 +35,7 @@ from gpuops.plan.diff import (
     daemon_devices,
     gpu_fingerprint,
     live_summary,
+    payload_actions,
     plan_node,
     show_layout,
     terms_from_json,
@@ -41,7 +43,7 @@ from gpuops.plan.diff import (
     what_changed,
 )
 from gpuops.plan.live import NodeLive, read_node
-from gpuops.plan.model import GpuPlan, NodePlan
+from gpuops.plan.model import Action, GpuPlan, NodePlan
 from gpuops.spec import Fleet
 
 UNCHANGED, CHANGED, PARTIAL, REFUSED, FAILED = "unchanged", "changed", "partial", "refused", "failed"
@@ -85,7 +87,7 @@ def stale_gpus(saved: NodePlan, live: NodeLive) -> list[str]:
     by_index = {g.info.index: g for g in live.gpus}
     lines = []
     for planned in saved.gpus:
-        if not planned.changes:
+        if not (planned.changes or planned.has_payload):
             continue
         gpu = by_index.get(planned.index)
         if gpu is None or gpu.info.uuid != planned.uuid:
@@ -97,6 +99,20 @@ def stale_gpus(saved: NodePlan, live: NodeLive) -> list[str]:
             changed = what_changed(planned.live, live_summary(gpu, live)) or ["its state"]
             lines += [f"GPU {planned.index}: {c}" for c in changed]
     return lines
+
+
+def shown_node(saved: NodePlan, live: NodeLive) -> NodePlan:
+    """The node's plan with each GPU's lines rendered from its payloads against `live`: what they
+    will do, whatever a saved file's own lines say (the file may have been edited)."""
+    by_index = {g.info.index: g for g in live.gpus}
+    gpus = []
+    for planned in saved.gpus:
+        gpu = by_index.get(planned.index)
+        actions: tuple[Action, ...] = ()
+        if gpu is not None and planned.has_payload and not planned.problems:
+            actions = tuple(payload_actions(gpu, live, planned.mig, planned.mps, planned.limiter))
+        gpus.append(replace(planned, actions=actions))
+    return replace(saved, gpus=tuple(gpus))
 
 
 class _NodeApply:
@@ -372,7 +388,7 @@ async def apply_node(
                         REFUSED,
                         refused=[f"the live state changed since the plan: {s}" for s in stale],
                     )
-                plan = saved
+                plan = shown_node(saved, live)
             else:
                 plan = plan_node(fleet, live)
             work = _NodeApply(client, live, plan, force, holder or holder_name())

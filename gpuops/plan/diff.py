@@ -341,6 +341,44 @@ def limiter_actions(old: Sequence[Terms], new: Sequence[Terms]) -> list[Action]:
 # ---- per GPU, node, fleet ------------------------------------------------------------------------
 
 
+def payload_actions(
+    gpu: Gpu,
+    live: NodeLive,
+    mig: dict[str, Any] | None,
+    mps: dict[str, Any] | None,
+    limiter: list[dict[str, Any]] | None,
+) -> list[Action]:
+    """The plan's lines for these payloads against the GPU as it is now. A plan made here and a
+    saved plan being applied both show this, so what is shown is what the payloads will do."""
+    actions: list[Action] = []
+    old = layout_of(gpu)
+    new = old
+    if mig is not None:
+        # A GPU without MIG is shown as MIG off: the node refuses the change, and says so.
+        new = MigLayout.from_json(mig["layout"])
+        actions += mig_actions(gpu, old if old is not None else MigLayout(False), new)
+    if mps is not None:
+        users = {p.pid: p for p in gpu.processes}
+        if mig is not None and mps["per_instance"]:
+            # The MIG devices are made by the apply; their daemons are started after it.
+            for d in live.daemons_of(gpu):
+                if d.running:
+                    clients = _procs([users.get(pid) or GpuProcess(pid, 0) for pid in d.clients])
+                    actions.append(
+                        Action(MPS, REMOVE, f"MPS daemon on {d.device} (MIG change)", True, clients)
+                    )
+            if mps["enabled"]:
+                n = len(new.instances) if new is not None else 0
+                values = _mps_values(mps["active_thread_percentage"], mps["pinned_memory_limit"])
+                actions.append(Action(MPS, ADD, f"MPS daemon on each of the {n} new MIG devices ({values})"))
+        else:
+            devices = daemon_devices(gpu, bool(mps["per_instance"]))
+            actions += _mps_diff(mps, devices, live.daemons_of(gpu), users)
+    if limiter is not None:
+        actions += limiter_actions(live.limiter_terms(gpu), terms_from_json(limiter))
+    return actions
+
+
 def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
     info = gpu.info
     old = layout_of(gpu)
@@ -353,7 +391,6 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
         memory_total=info.memory_total_bytes if isinstance(info.memory_total_bytes, int) else None,
     )
     problems = [str(p) for p in desired.problems]
-    actions: list[Action] = []
     mig_payload = None
     new = old
     if desired.mig is not None and not problems:
@@ -368,8 +405,7 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
                 reason = desired.mig_layout.reason if desired.mig_layout is not None else "no layout"
                 problems.append(f"{desired.mig.location}: GPU {info.index} ({info.name}): {reason}")
             elif target != old or _pending(gpu):
-                actions += mig_actions(gpu, old, target)
-                victims = sorted({p.pid for a in actions if a.kind == MIG for p in a.processes})
+                victims = sorted({p.pid for a in mig_actions(gpu, old, target) for p in a.processes})
                 mig_payload = {"layout": target.to_json(), "expect": fingerprint(gpu), "known_pids": victims}
                 new = target
     mps = None
@@ -377,25 +413,7 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
         if live.mps is None:
             problems.append(f"node {live.name}: its agent cannot manage MPS (update gpuops on the node)")
         else:
-            per_instance = bool(new is not None and new.enabled)
-            mps = mps_payload(fleet, desired.mps, per_instance)
-            users = {p.pid: p for p in gpu.processes}
-            if mig_payload is not None and per_instance:
-                # The MIG devices are made by the apply; their daemons are started after it.
-                for d in live.daemons_of(gpu):
-                    if d.running:
-                        clients = _procs([users.get(pid) or GpuProcess(pid, 0) for pid in d.clients])
-                        actions.append(
-                            Action(MPS, REMOVE, f"MPS daemon on {d.device} (MIG change)", True, clients)
-                        )
-                if mps["enabled"]:
-                    n = len(new.instances) if new is not None else 0
-                    values = _mps_values(mps["active_thread_percentage"], mps["pinned_memory_limit"])
-                    actions.append(
-                        Action(MPS, ADD, f"MPS daemon on each of the {n} new MIG devices ({values})")
-                    )
-            else:
-                actions += _mps_diff(mps, daemon_devices(gpu, per_instance), live.daemons_of(gpu), users)
+            mps = mps_payload(fleet, desired.mps, bool(new is not None and new.enabled))
     limiter = None
     wanted_terms = desired_terms(desired)
     if wanted_terms is not None and not problems:
@@ -404,23 +422,24 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
                 f"node {live.name}: its agent cannot write the limiter table (update gpuops on the node)"
             )
         else:
-            changes = limiter_actions(live.limiter_terms(gpu), wanted_terms)
-            if changes:
-                actions += changes
-                limiter = terms_json(wanted_terms)
-    if mps is not None and not any(a.kind == MPS for a in actions):
-        mps = None
+            limiter = terms_json(wanted_terms)
+    if problems:
+        actions: list[Action] = []
+        mig_payload = mps = limiter = None
+    else:
+        actions = payload_actions(gpu, live, mig_payload, mps, limiter)
+    kinds = {a.kind for a in actions}  # a payload that changes nothing is not sent
     return GpuPlan(
         index=info.index,
         uuid=info.uuid,
         name=info.name,
         fingerprint=gpu_fingerprint(gpu, live),
         live=live_summary(gpu, live),
-        actions=tuple(actions) if not problems else (),
+        actions=tuple(actions),
         problems=tuple(problems),
-        mig=mig_payload if not problems else None,
-        mps=mps if not problems else None,
-        limiter=limiter if not problems else None,
+        mig=mig_payload if MIG in kinds else None,
+        mps=mps if MPS in kinds else None,
+        limiter=limiter if LIMITER in kinds else None,
     )
 
 

@@ -1,5 +1,6 @@
 """A plan: per node and GPU, what `apply` will change, what it disrupts, and the live state it was
-made from. Saved as JSON (`gpuops plan -o plan.json`) and read back by `gpuops apply --plan`."""
+made from. Saved as JSON (`gpuops plan -o plan.json`, plan/saved.py) and read back by
+`gpuops apply --plan` (plan/document.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 PLAN_FORMAT = "gpuops-plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: the document carries a digest of itself (plan/saved.py)
 
 MIG, MPS, LIMITER = "mig", "mps", "limiter"
 ADD, CHANGE, REMOVE = "+", "~", "-"
@@ -75,6 +76,11 @@ class GpuPlan:
     @property
     def changes(self) -> bool:
         return bool(self.actions)
+
+    @property
+    def has_payload(self) -> bool:
+        """Whether apply would send anything for this GPU (the actions are only its description)."""
+        return self.mig is not None or self.mps is not None or self.limiter is not None
 
     def kinds(self) -> set[str]:
         return {a.kind for a in self.actions}
@@ -173,86 +179,3 @@ def digest(data: bytes) -> str:
 def state_fingerprint(document: Any) -> str:
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-# ---- reading a saved plan ------------------------------------------------------------------------
-
-
-def _req(data: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if not isinstance(data, dict) or key not in data:
-        raise PlanError(f"{where}: missing {key!r}")
-    value = data[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise PlanError(f"{where}.{key}: wrong type ({type(value).__name__})")
-    return value
-
-
-def _opt_dict(data: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
-    value = data.get(key)
-    if value is not None and not isinstance(value, dict):
-        raise PlanError(f"{where}.{key}: expected an object")
-    return value
-
-
-def _action(data: Any, where: str) -> Action:
-    marker = _req(data, "marker", str, where)
-    kind = _req(data, "kind", str, where)
-    if marker not in (ADD, CHANGE, REMOVE) or kind not in (MIG, MPS, LIMITER):
-        raise PlanError(f"{where}: unknown action {kind!r} {marker!r}")
-    procs = []
-    for i, p in enumerate(_req(data, "processes", list, where)):
-        procs.append(
-            Proc(
-                _req(p, "pid", int, f"{where}.processes[{i}]"),
-                str(p.get("user", "")),
-                str(p.get("command", "")),
-            )
-        )
-    return Action(kind, marker, _req(data, "text", str, where), bool(data.get("disruptive")), tuple(procs))
-
-
-def _gpu(data: Any, where: str) -> GpuPlan:
-    limiter = data.get("limiter") if isinstance(data, dict) else None
-    if limiter is not None and not (isinstance(limiter, list) and all(isinstance(t, dict) for t in limiter)):
-        raise PlanError(f"{where}.limiter: expected a list of tenant lines")
-    return GpuPlan(
-        index=_req(data, "index", int, where),
-        uuid=_req(data, "uuid", str, where),
-        name=_req(data, "name", str, where),
-        fingerprint=_req(data, "fingerprint", str, where),
-        live=_req(data, "live", dict, where),
-        actions=tuple(
-            _action(a, f"{where}.actions[{i}]") for i, a in enumerate(_req(data, "actions", list, where))
-        ),
-        problems=tuple(str(p) for p in _req(data, "problems", list, where)),
-        mig=_opt_dict(data, "mig", where),
-        mps=_opt_dict(data, "mps", where),
-        limiter=limiter,
-    )
-
-
-def plan_from_json(data: Any, source: str = "plan.json") -> Plan:
-    """A plan read back; raises PlanError naming the field that is wrong."""
-    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
-        raise PlanError(f'{source}: not a gpuops plan (no "format": "{PLAN_FORMAT}")')
-    if data.get("version") != PLAN_VERSION:
-        raise PlanError(f"{source}: plan version {data.get('version')!r}; this gpuops reads {PLAN_VERSION}")
-    nodes = []
-    for i, n in enumerate(_req(data, "nodes", list, source)):
-        where = f"{source}: nodes[{i}]"
-        nodes.append(
-            NodePlan(
-                name=_req(n, "name", str, where),
-                gpus=tuple(_gpu(g, f"{where}.gpus[{j}]") for j, g in enumerate(_req(n, "gpus", list, where))),
-                error=str(n.get("error", "")),
-                kind=str(n.get("kind", "")),
-                limiter_generation=_req(n, "limiter_generation", int, where),
-                problems=tuple(str(p) for p in n.get("problems", [])),
-            )
-        )
-    return Plan(
-        tuple(nodes),
-        fleet_file=str(data.get("fleet_file", "")),
-        fleet_digest=str(data.get("fleet_digest", "")),
-        created=float(data.get("created") or 0.0),
-    )

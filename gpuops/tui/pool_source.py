@@ -28,9 +28,7 @@ The steps, as `gpuops tenants`, `rebalance`, `plan` and `apply` do them:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
-import os
 import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,6 +49,7 @@ from gpuops.plan.apply import CHANGED, PARTIAL, UNCHANGED, NodeResult, apply_fle
 from gpuops.plan.diff import make_plan
 from gpuops.plan.live import NodeLive, read_fleet
 from gpuops.plan.model import Plan, digest
+from gpuops.plan.private_file import write_private
 from gpuops.plan.render import plan_lines
 from gpuops.spec import Fleet, dump_fleet, fleet_from_data, load_fleet, parse_fleet
 from gpuops.spec.errors import SpecError
@@ -513,19 +512,13 @@ def write_fleet(path: Path, expected: bytes, text: str, now: float) -> Path:
             f"{path} changed since it was read: nothing written or applied; press r to read it again"
         )
     backup = backup_path(target, now)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
         mode = stat.S_IMODE(target.stat().st_mode)
-        backup.write_bytes(current)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
+        # The backup is private (0600); the new file keeps the operator's own mode, and is 0600
+        # until it is complete (plan/private_file.py).
+        write_private(backup, current)
+        write_private(target, text, mode)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise PoolError(f"cannot write {path}: {exc.strerror or exc}; nothing applied") from None
     return backup
 

@@ -13,8 +13,9 @@ from gpuops.core.mig.layout import layout_of
 from gpuops.node.backends.sim import SimBackend
 from gpuops.plan.apply import compose_table, stale_gpus, verify_gpu
 from gpuops.plan.diff import make_plan, plan_node
+from gpuops.plan.document import plan_from_json
 from gpuops.plan.live import LimiterLine, MpsDaemon, NodeLive, parse_config
-from gpuops.plan.model import PlanError, plan_from_json
+from gpuops.plan.model import PLAN_VERSION, PlanError
 from gpuops.spec.loader import parse_fleet
 
 GIB = 1024**3
@@ -190,7 +191,9 @@ _keys = st.sampled_from(["format", "version", "nodes", "name", "gpus", "index", 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.dictionaries(_keys, _json, max_size=6).map(lambda d: {"format": "gpuops-plan", "version": 1, **d})
+    st.dictionaries(_keys, _json, max_size=6).map(
+        lambda d: {"format": "gpuops-plan", "version": PLAN_VERSION, **d}
+    )
     | _json
 )
 def test_garbage_plans_are_plan_errors(data: Any) -> None:

@@ -1,0 +1,236 @@
+"""A saved plan's JSON document read back into a Plan, every field checked.
+
+Everything `apply` sends or shows is checked here, the payloads above all (they are what runs):
+nothing later indexes a key that may be missing or compares values of the wrong type. Each
+error names its place in the document (`plan.json: nodes[0].gpus[2].mig.layout: ...`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuops.core.mig.layout import MigLayout
+from gpuops.plan.model import (
+    ADD,
+    CHANGE,
+    LIMITER,
+    MIG,
+    MPS,
+    PLAN_FORMAT,
+    PLAN_VERSION,
+    REMOVE,
+    Action,
+    GpuPlan,
+    NodePlan,
+    Plan,
+    PlanError,
+    Proc,
+)
+
+_TEXT = "a string"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return _is_int(value) or isinstance(value, float)
+
+
+def _req(data: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(data, dict) or key not in data:
+        raise PlanError(f"{where}: missing {key!r}")
+    value = data[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise PlanError(f"{where}.{key}: wrong type ({type(value).__name__})")
+    return value
+
+
+def _opt(data: dict[str, Any], key: str, check: Any, what: str, where: str) -> Any:
+    """data[key] when it is null or passes `check`; missing counts as null."""
+    value = data.get(key)
+    if value is not None and not check(value):
+        raise PlanError(f"{where}.{key}: expected {what} or null ({type(value).__name__})")
+    return value
+
+
+def _nullable(data: Any, key: str, check: Any, what: str, where: str) -> Any:
+    """data[key], which must be there (apply reads it) and be null or pass `check`."""
+    if not isinstance(data, dict) or key not in data:
+        raise PlanError(f"{where}: missing {key!r}")
+    return _opt(data, key, check, what, where)
+
+
+def _texts(data: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise PlanError(f"{where}.{key}: expected a list of strings")
+    return tuple(value)
+
+
+def _text(data: dict[str, Any], key: str, where: str) -> str:
+    value = data.get(key, "")
+    if not isinstance(value, str):
+        raise PlanError(f"{where}.{key}: expected {_TEXT} ({type(value).__name__})")
+    return value
+
+
+def _size(value: Any) -> bool:
+    return _is_int(value) and value >= 0
+
+
+def _percent(value: Any) -> bool:
+    return _is_int(value) and 1 <= value <= 100
+
+
+# ---- payloads ------------------------------------------------------------------------------------
+
+
+def _mig(data: dict[str, Any], where: str) -> dict[str, Any] | None:
+    mig = data.get("mig")
+    if mig is None:
+        return None
+    where = f"{where}.mig"
+    if not isinstance(mig, dict):
+        raise PlanError(f"{where}: expected an object")
+    try:
+        MigLayout.from_json(mig.get("layout"))
+    except ValueError as exc:
+        raise PlanError(f"{where}.layout: {exc}") from None
+    _req(mig, "expect", str, where)
+    pids = mig.get("known_pids", [])
+    if not isinstance(pids, list) or not all(_is_int(p) for p in pids):
+        raise PlanError(f"{where}.known_pids: expected a list of process ids")
+    return mig
+
+
+def _mps_tenant(data: Any, where: str) -> None:
+    _req(data, "name", str, where)
+    users = _req(data, "users", list, where)
+    if not all(isinstance(u, str) for u in users):
+        raise PlanError(f"{where}.users: expected a list of user names")
+    _nullable(data, "active_thread_percentage", _percent, "a percentage from 1 to 100", where)
+    _nullable(data, "pinned_memory_limit", _size, "a size in bytes", where)
+
+
+def _mps(data: dict[str, Any], where: str) -> dict[str, Any] | None:
+    mps = data.get("mps")
+    if mps is None:
+        return None
+    where = f"{where}.mps"
+    if not isinstance(mps, dict):
+        raise PlanError(f"{where}: expected an object")
+    for key in ("enabled", "per_instance"):
+        _req(mps, key, bool, where)
+    for key in ("pipe_directory", "log_directory"):
+        _req(mps, key, str, where)
+    _nullable(mps, "active_thread_percentage", _percent, "a percentage from 1 to 100", where)
+    _nullable(mps, "pinned_memory_limit", _size, "a size in bytes", where)
+    names = set()
+    for i, tenant in enumerate(_req(mps, "tenants", list, where)):
+        _mps_tenant(tenant, f"{where}.tenants[{i}]")
+        if tenant["name"] in names:
+            raise PlanError(f"{where}.tenants[{i}]: tenant {tenant['name']!r} is listed twice")
+        names.add(tenant["name"])
+    return mps
+
+
+def _limiter(data: dict[str, Any], where: str) -> list[dict[str, Any]] | None:
+    lines = data.get("limiter")
+    if lines is None:
+        return None
+    where = f"{where}.limiter"
+    if not isinstance(lines, list):
+        raise PlanError(f"{where}: expected a list of tenant lines")
+    names = set()
+    for i, line in enumerate(lines):
+        at = f"{where}[{i}]"
+        name = _req(line, "name", str, at)
+        if name in names:
+            raise PlanError(f"{at}: tenant {name!r} is listed twice")
+        names.add(name)
+        _nullable(line, "memory", _size, "a size in bytes", at)
+        _nullable(line, "compute", lambda v: _is_number(v) and 0 < v <= 100, "a percentage", at)
+        _req(line, "policy", str, at)
+        _req(line, "class", str, at)
+    return lines
+
+
+# ---- actions, GPUs, nodes --------------------------------------------------------------------------
+
+
+def _action(data: Any, where: str) -> Action:
+    marker = _req(data, "marker", str, where)
+    kind = _req(data, "kind", str, where)
+    if marker not in (ADD, CHANGE, REMOVE) or kind not in (MIG, MPS, LIMITER):
+        raise PlanError(f"{where}: unknown action {kind!r} {marker!r}")
+    procs = []
+    for i, p in enumerate(_req(data, "processes", list, where)):
+        at = f"{where}.processes[{i}]"
+        procs.append(Proc(_req(p, "pid", int, at), _text(p, "user", at), _text(p, "command", at)))
+    disruptive = data.get("disruptive", False)
+    if not isinstance(disruptive, bool):
+        raise PlanError(f"{where}.disruptive: expected true or false")
+    return Action(kind, marker, _req(data, "text", str, where), disruptive, tuple(procs))
+
+
+def _gpu(data: Any, where: str) -> GpuPlan:
+    if not isinstance(data, dict):
+        raise PlanError(f"{where}: expected an object")
+    return GpuPlan(
+        index=_req(data, "index", int, where),
+        uuid=_req(data, "uuid", str, where),
+        name=_req(data, "name", str, where),
+        fingerprint=_req(data, "fingerprint", str, where),
+        live=_req(data, "live", dict, where),
+        actions=tuple(
+            _action(a, f"{where}.actions[{i}]") for i, a in enumerate(_req(data, "actions", list, where))
+        ),
+        problems=_texts(data, "problems", where),
+        mig=_mig(data, where),
+        mps=_mps(data, where),
+        limiter=_limiter(data, where),
+    )
+
+
+def _node(data: Any, where: str) -> NodePlan:
+    if not isinstance(data, dict):
+        raise PlanError(f"{where}: expected an object")
+    name = _req(data, "name", str, where)
+    gpus: list[GpuPlan] = []
+    for j, g in enumerate(_req(data, "gpus", list, where)):
+        gpu = _gpu(g, f"{where}.gpus[{j}]")
+        if any(known.index == gpu.index for known in gpus):
+            raise PlanError(f"{where}.gpus[{j}]: GPU {gpu.index} is listed twice")
+        gpus.append(gpu)
+    return NodePlan(
+        name=name,
+        gpus=tuple(gpus),
+        error=_text(data, "error", where),
+        kind=_text(data, "kind", where),
+        limiter_generation=_req(data, "limiter_generation", int, where),
+        problems=_texts(data, "problems", where),
+    )
+
+
+def plan_from_json(data: Any, source: str = "plan.json") -> Plan:
+    """A plan read back; raises PlanError naming the field that is wrong."""
+    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+        raise PlanError(f'{source}: not a gpuops plan (no "format": "{PLAN_FORMAT}")')
+    version = data.get("version")
+    if not _is_int(version) or version != PLAN_VERSION:
+        raise PlanError(f"{source}: plan version {data.get('version')!r}; this gpuops reads {PLAN_VERSION}")
+    nodes: list[NodePlan] = []
+    for i, n in enumerate(_req(data, "nodes", list, source)):
+        node = _node(n, f"{source}: nodes[{i}]")
+        if any(known.name == node.name for known in nodes):
+            raise PlanError(f"{source}: nodes[{i}]: node {node.name!r} is listed twice")
+        nodes.append(node)
+    created = _opt(data, "created", _is_number, "a time in seconds", source)
+    return Plan(
+        tuple(nodes),
+        fleet_file=_text(data, "fleet_file", source),
+        fleet_digest=_text(data, "fleet_digest", source),
+        created=float(created or 0.0),
+    )
