@@ -237,7 +237,7 @@ def test_bad_inputs_are_one_line_errors(fleet: Launched, tmp_path: Path) -> None
     for text, said in (
         ("{", "not JSON"),
         ('{"format": "other"}', "not a gpuops plan"),
-        ('{"format": "gpuops-plan", "version": 1, "nodes": [{"name": 3}]}', "nodes[0].name: wrong type"),
+        ('{"format": "gpuops-plan", "version": 2, "nodes": [{"name": 3}]}', "nodes[0].name: wrong type"),
     ):
         garbage.write_text(text)
         result = gpuops("apply", str(impossible), "--plan", str(garbage), "--yes")
