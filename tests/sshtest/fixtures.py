@@ -18,6 +18,9 @@ The functions are named ``<fixture>_fixture`` and registered under ``<fixture>``
 * ``sshd_loopback_factory(**kwargs)`` -> another one each call (e.g. a jump host next to it).
 * ``netns_hosts(n, **kwargs)`` -> ``n`` started :class:`~tests.sshtest.netns.NetnsSshd`, each on
   port 22 of its own namespace address, all with one client key and one known_hosts file.
+  ``netns_hosts.behind(host)`` -> a started :class:`~tests.sshtest.netns.NetnsLoopbackSshd` on
+  127.0.0.1 inside ``host``'s namespace (same key and known_hosts): reachable only through
+  ``host``'s sshd, as a node behind a bastion.
 * ``sshtest_leak_check`` (module scope) -> fails the module's last test's teardown when any sshd,
   namespace or veth of this process is still there.
 
@@ -39,6 +42,7 @@ import pytest
 
 from tests.sshtest.netns import (
     NetnsLab,
+    NetnsLoopbackSshd,
     NetnsSshd,
     destroy_all_labs,
     make_hosts,
@@ -55,7 +59,35 @@ from tests.sshtest.sshd import (
 )
 
 SshdFactory = Callable[..., Sshd]
-NetnsFactory = Callable[..., list[NetnsSshd]]
+
+
+class NetnsFactory:
+    """What the ``netns_hosts`` fixture gives: call it for hosts; ``behind`` for a hidden sshd."""
+
+    def __init__(self, shared: Path) -> None:
+        self.shared = shared
+        self.lab: NetnsLab | None = None
+        self.servers: list[Sshd] = []
+
+    def __call__(self, n: int = 2, **kwargs: Any) -> list[NetnsSshd]:
+        if self.lab is None:
+            self.lab = NetnsLab()
+        made = make_hosts(self.lab, n, self.shared, **kwargs)
+        self.servers.extend(made)
+        return made
+
+    def behind(self, host: NetnsSshd, **kwargs: Any) -> NetnsLoopbackSshd:
+        """A started sshd on 127.0.0.1 in ``host``'s namespace, with the hosts' key and known_hosts."""
+        server = NetnsLoopbackSshd(
+            host.netns_host,
+            workdir=self.shared / f"{host.netns}-lo-{len(self.servers)}",
+            client_keys=host.client_keys,
+            known_hosts=host.known_hosts,
+            **kwargs,
+        )
+        self.servers.append(server)
+        server.start()
+        return server
 
 
 def _teardown(servers: list[Sshd]) -> None:
@@ -115,26 +147,16 @@ def netns_hosts_fixture(tmp_path: Path) -> Iterator[NetnsFactory]:
     sweep_stale()  # sshds of dead runs; the lab sweeps namespaces of dead runs itself
     shared = tmp_path / "netns"
     shared.mkdir()
-    lab: NetnsLab | None = None
-    servers: list[Sshd] = []
-
-    def make(n: int = 2, **kwargs: Any) -> list[NetnsSshd]:
-        nonlocal lab
-        if lab is None:
-            lab = NetnsLab()
-        made = make_hosts(lab, n, shared, **kwargs)
-        servers.extend(made)
-        return made
-
+    factory = NetnsFactory(shared)
     try:
-        yield make
+        yield factory
     finally:
         try:
-            _teardown(servers)
+            _teardown(factory.servers)
         finally:
-            if lab is not None:
-                lab.destroy()
-                left = lab.leftovers()
+            if factory.lab is not None:
+                factory.lab.destroy()
+                left = factory.lab.leftovers()
                 assert not left, f"network namespaces or veths left behind: {left}"
 
 

@@ -406,6 +406,56 @@ class NetnsSshd(Sshd):
         return self
 
 
+class NetnsLoopbackSshd(Sshd):
+    """An sshd on 127.0.0.1 *inside* a :class:`NetnsHost`: only programs in that namespace reach
+    it (its sshd, forwarding for a client it logged in), never this machine directly. A node
+    behind a bastion: the bastion is the host's own sshd on its address."""
+
+    def __init__(self, netns_host: NetnsHost, **kwargs: Any) -> None:
+        super().__init__("127.0.0.1", name=f"{netns_host.name}-lo", prefix=netns_host.exec_prefix(), **kwargs)
+        self.netns_host = netns_host
+
+    def wait_ready(self, timeout: float = 10) -> None:
+        """Wait for the banner, asked from inside the namespace (here, 127.0.0.1 is ours)."""
+        if not self.running:
+            raise SshdError(f"{self.name} exited:\n{self.log_tail()}")
+        try:
+            probe = subprocess.run(
+                [
+                    *self.netns_host.exec_prefix(hostname=False),
+                    *(sys.executable, "-c", _BANNER_PROBE, self.host, str(self.port), str(timeout)),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=timeout + 5,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise SshdError(f"{self.name}: the banner probe hung:\n{self.log_tail()}") from None
+        if probe.returncode != 0:
+            where = f"{self.host}:{self.port} in {self.netns_host.name}"
+            said = probe.stderr.strip()
+            raise SshdError(f"{self.name} did not answer on {where}: {said}\n{self.log_tail()}")
+
+
+# Run in the namespace by NetnsLoopbackSshd.wait_ready: connect until an SSH banner comes back.
+_BANNER_PROBE = """
+import socket, sys, time
+host, port, deadline = sys.argv[1], int(sys.argv[2]), time.monotonic() + float(sys.argv[3])
+last = "no attempt"
+while time.monotonic() < deadline:
+    try:
+        with socket.create_connection((host, port), timeout=1) as sock:
+            sock.settimeout(2)
+            if sock.recv(256).startswith(b"SSH-2.0-"):
+                sys.exit(0)
+    except OSError as exc:
+        last = str(exc)
+    time.sleep(0.02)
+sys.exit("no banner: " + last)
+"""
+
+
 def make_hosts(lab: NetnsLab, n: int, shared_dir: Path, **sshd_kwargs: Any) -> list[NetnsSshd]:
     """``n`` new hosts in ``lab``, each with a started sshd; one client key and known_hosts for all."""
     keys_path = shared_dir / "id_ed25519"
@@ -431,6 +481,7 @@ __all__: Sequence[str] = (
     "NetnsError",
     "NetnsHost",
     "NetnsLab",
+    "NetnsLoopbackSshd",
     "NetnsSshd",
     "destroy_all_labs",
     "make_hosts",
