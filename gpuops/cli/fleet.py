@@ -13,6 +13,7 @@ import typer
 from rich.console import Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from gpuops.cli import render
 from gpuops.cli.console import CliConsole
@@ -99,9 +100,12 @@ def nodes_table(snapshot: FleetSnapshot) -> Table:
         f" · interval {format_duration(snapshot.interval)}"
     )
     table = Table(title=title, title_justify="left")
-    for column in ("Node", "State", "Age", "Owner", "GPUs", "Busy", "Util", "Memory", "Procs", "Reason"):
+    # The way to each node, when some are reached through jump hosts (ProxyJump, jump_host).
+    via = any(v.route not in ("", "direct") for v in snapshot.nodes)
+    columns = ("Node", "State", "Age", "Owner", "GPUs", "Busy", "Util", "Memory", "Procs", "Reason")
+    for column in (*columns, *(("Via",) if via else ())):
         # Figures never shrink; names, models and reasons give way on narrow terminals.
-        flexible = column in ("Node", "Owner", "GPUs", "Reason")
+        flexible = column in ("Node", "Owner", "GPUs", "Reason", "Via")
         table.add_column(column, no_wrap=True, min_width=None if flexible else len(column))
     for view in sorted(snapshot.nodes, key=lambda v: v.name):
         s = node_summary(view, snapshot.time)
@@ -116,7 +120,8 @@ def nodes_table(snapshot: FleetSnapshot) -> Table:
             render.percent(s.utilization_percent) if s.utilization_percent is not None else render.NA,
             _share(s.memory_used_bytes, s.memory_total_bytes),
             str(s.processes),
-            s.reason if s.state != LIVE else "",
+            Text(s.reason if s.state != LIVE else ""),  # a node's words, never markup
+            *((view.route if view.route != "direct" else "",) if via else ()),
         )
     return table
 
@@ -135,6 +140,7 @@ def snapshot_json(snapshot: FleetSnapshot, fleet: Fleet) -> dict[str, Any]:
                 "address": v.address,
                 "state": v.state,
                 "reason": v.reason,
+                "route": v.route,
                 "age": v.age(snapshot.time),
                 "owner": v.owner,
                 "inventory": to_json(v.inventory) if v.inventory else None,

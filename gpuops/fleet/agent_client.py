@@ -5,7 +5,12 @@ Bytes reach the client either pushed — `feed()` called straight from an SSH ch
 or pulled from an async byte reader (a child process's pipe, a socket in tests). Either way one
 `LineSplitter` cuts lines and one dispatcher routes each message by request id, so requests and
 watch streams share one connection. A malformed line from the agent ends the session with an
-AgentError: the caller reconnects rather than trusting a confused peer.
+AgentError: the caller reconnects rather than trusting a confused peer. So does a line longer
+than `proto.MAX_REPLY_BYTES`, as soon as that many bytes came without a newline (not when the
+line finally ends: an agent that never ends it would hold the session forever).
+
+Every string the agent sends is made printable (`core/text.py`) before anything reads it, and
+so is every error message: nothing a node says reaches a screen with control characters.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from gpuops.core import protocol as proto
 from gpuops.core.codec import SAMPLE_ROW_FIELDS, DecodeError, from_delta, from_json, from_rows
 from gpuops.core.history import History, history_from_json
 from gpuops.core.model import Node, NodeSample
+from gpuops.core.text import may_need_escaping, printable, printable_data
 from gpuops.node.agent import READ_CHUNK, ByteReader, ByteWriter, LineSplitter
 
 _loads: Callable[[bytes], Any]
@@ -30,10 +36,20 @@ except ImportError:  # pragma: no cover - orjson is a dependency; the protocol d
     from json import loads as _loads
 
 
+def _loads_printable(line: bytes) -> Any:
+    return printable_data(_loads(line))
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):g} MiB"
+
+
 class AgentError(Exception):
-    """The agent answered with an error, or the session broke; `code` says which."""
+    """The agent answered with an error, or the session broke; `code` says which. Both come
+    from the node (or quote it): they are made printable here, once for every screen."""
 
     def __init__(self, code: str, message: str) -> None:
+        code, message = printable(code), printable(message)
         super().__init__(f"{code}: {message}" if code else message)
         self.code = code
         self.message = message
@@ -126,6 +142,7 @@ class AgentClient:
         self._ids = itertools.count(1)
         self._splitter = LineSplitter(proto.MAX_REPLY_BYTES)
         self._line_ended = True  # the last chunk ended a line: the splitter holds nothing
+        self._unended = 0  # bytes of the line not ended yet
         self._pending: dict[proto.RequestId, asyncio.Future[proto.Message]] = {}
         self._streams: dict[proto.RequestId, _SampleStream] = {}
         self._failure: AgentError | None = None
@@ -151,8 +168,16 @@ class AgentClient:
                 self._line(data)
                 return
             self._line_ended = data[-1:] == b"\n"
+            last = data.rfind(b"\n")
+            self._unended = self._unended + len(data) if last < 0 else len(data) - last - 1
             for line in self._splitter.feed(data):
                 self._line(line)
+            if self._unended > proto.MAX_REPLY_BYTES:
+                raise AgentError(
+                    proto.TOO_LARGE,
+                    f"{self.name}: agent sent a line longer than {_mib(proto.MAX_REPLY_BYTES)} "
+                    f"({_mib(self._unended)} without a newline so far)",
+                )
         except AgentError as exc:
             self._fail(exc)
 
@@ -168,9 +193,11 @@ class AgentClient:
 
     def _line(self, line: bytes | object) -> None:
         if not isinstance(line, bytes):
-            raise AgentError(proto.TOO_LARGE, f"{self.name}: agent sent a line over the size limit")
+            raise AgentError(
+                proto.TOO_LARGE, f"{self.name}: agent sent a line longer than {_mib(proto.MAX_REPLY_BYTES)}"
+            )
         try:
-            message = proto.parse_message(line, _loads)
+            message = proto.parse_message(line, _loads_printable if may_need_escaping(line) else _loads)
         except proto.ProtocolError as exc:
             raise AgentError(exc.code, f"{self.name}: {exc.message}") from None
         if message.event is not None:  # a stream's event: the usual message, once per sample

@@ -4,7 +4,8 @@ Each node runs in its own task (connect, start the agent, take the inventory, th
 `watch` stream), so a slow, frozen or dead node never delays another. Per node the collector
 keeps the last good data, its age and a state:
 
-- `connecting`: no answer yet since the collector started;
+- `connecting`: no answer yet since the collector started; the reason says where the attempt
+  is (the SSH handshake, the agent's start...), and after `discover` gives up, for how long;
 - `live`: a sample arrived within the last 2 intervals;
 - `stale`: connected, but the last sample is older than 2 intervals;
 - `unreachable`: the connection failed or was dropped, with the reason; the last good data is
@@ -31,10 +32,11 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from gpuops.core.model import Node, NodeSample
+from gpuops.core.text import printable
 from gpuops.fleet.agent_client import AgentClient, AgentError, Hello
 from gpuops.fleet.remote_agent import AgentLaunch
 from gpuops.fleet.session import agent_connection
-from gpuops.fleet.ssh import SshError, SshTarget
+from gpuops.fleet.ssh import Progress, SshError, SshTarget
 
 CONNECTING, LIVE, STALE, UNREACHABLE = "connecting", "live", "stale", "unreachable"
 
@@ -74,6 +76,7 @@ class NodeView:
     inventory: Node | None = None
     sample: NodeSample | None = None
     owner: str | None = None
+    route: str = ""  # the way the last attempt took: "direct", "via bastion (ProxyJump in ...)"
 
     def age(self, now: float) -> float | None:
         return None if self.last_seen is None else max(0.0, now - self.last_seen)
@@ -104,6 +107,7 @@ class _NodeRecord:
         self.target = target
         self.view = NodeView(target.name, target.ssh.address, owner=target.owner, since=time.time())
         self.attempts = 0  # connection attempts that have ended (for discovery)
+        self.progress = Progress()  # where the current attempt is
         # While a stream is followed: when its agent last said anything (monotonic), and the
         # future the watchdog fails when it has been silent too long.
         self.last_message = 0.0
@@ -177,6 +181,8 @@ class Collector:
             age = view.age(now)
             if view.state == LIVE and age is not None and age > 2 * self.interval:
                 view = replace(view, state=STALE, reason=f"no sample for {age:.0f}s")
+            elif view.state == CONNECTING and not view.reason:
+                view = replace(view, reason=record.progress.phase, route=record.progress.route)
             views.append(view)
         return FleetSnapshot(now, self.interval, tuple(views))
 
@@ -192,6 +198,10 @@ class Collector:
             if remaining <= 0:
                 break
             await self.wait_changed(min(remaining, 0.5))
+        for record in self._records.values():
+            if record.view.state == CONNECTING:  # every end state says why
+                reason = f"no answer within {timeout:g}s: {record.progress.phase}"
+                self._update(record, reason=reason, route=record.progress.route)
         return self.snapshot()
 
     # ---- per node ----------------------------------------------------------------------------
@@ -249,9 +259,9 @@ class Collector:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # one node's surprise must not end its collection
-                reason = f"{type(exc).__name__}: {exc}"
+                reason = printable(f"{type(exc).__name__}: {exc}")
             record.attempts += 1
-            self._update(record, state=UNREACHABLE, reason=reason)
+            self._update(record, state=UNREACHABLE, reason=reason, route=record.progress.route)
             backoff = BACKOFF_FIRST if got_data else min(backoff * 2, self.backoff_max)
             await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
 
@@ -259,10 +269,16 @@ class Collector:
         """One connection's life; returns whether any data came. Raises why it ended."""
         self._starting += 1
         starting = True
+        record.progress = progress = Progress()
         try:
-            async with agent_connection(record.target, self._handshakes) as (conn, client):
-                inventory = await asyncio.wait_for(client.inventory(), self.silence_limit)
-                self._update(record, hello=client.hello, inventory=inventory)
+            async with agent_connection(record.target, self._handshakes, progress) as (conn, client):
+                progress.to("the agent answered, taking its inventory")
+                try:
+                    inventory = await asyncio.wait_for(client.inventory(), self.silence_limit)
+                except TimeoutError:
+                    raise AgentError("timeout", f"no inventory within {self.silence_limit:g}s") from None
+                progress.to("waiting for the first sample")
+                self._update(record, hello=client.hello, inventory=inventory, route=progress.route)
                 self._starting -= 1
                 starting = False
                 # While the stream flows, the watchdog notices a silent node within

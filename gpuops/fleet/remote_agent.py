@@ -21,9 +21,10 @@ import asyncssh
 
 from gpuops.fleet import zipapp
 from gpuops.fleet.agent_client import AgentClient
-from gpuops.fleet.ssh import SshError
+from gpuops.fleet.ssh import Progress, SshError
 
 AUTO, INSTALLED, PUSH = "auto", "installed", "push"
+HELLO_TIMEOUT = 30.0
 CACHE_DIR = ".cache/gpuops"  # relative to the login directory, where SFTP and exec start
 _PROBE = "command -v gpuops"  # a constant: no user input
 
@@ -111,23 +112,27 @@ class _ChannelWriter:
 
 
 async def start_agent(
-    conn: asyncssh.SSHClientConnection, launch: AgentLaunch, name: str
+    conn: asyncssh.SSHClientConnection, launch: AgentLaunch, name: str, progress: Progress | None = None
 ) -> tuple[AgentClient, asyncssh.SSHClientChannel[bytes]]:
     """Start the agent on the node and greet it; raises SshError or AgentError."""
+    progress = progress if progress is not None else Progress()
     mode = launch.mode
     if mode == AUTO:
+        progress.to("logged in, asking the node whether gpuops is installed")
         mode = INSTALLED if await _is_installed(conn) else PUSH
     if mode == INSTALLED:
         argv = ["gpuops", *launch.agent_args()]
     else:
+        progress.to("logged in, uploading the agent over SFTP")
         argv = [launch.python, await push_zipapp(conn), *launch.agent_args()]
+    progress.to(f"started the agent ({argv[0]}), waiting for its first reply")
     writer = _ChannelWriter()
     client = AgentClient(None, writer, name=name)
     session = _AgentSession(client)
     channel, _ = await conn.create_session(lambda: session, shlex.join(argv), encoding=None)
     writer.channel = channel
     try:
-        await asyncio.wait_for(client.start(), 30)
+        await asyncio.wait_for(client.start(), HELLO_TIMEOUT)
     except (Exception, asyncio.CancelledError) as exc:
         channel.close()
         if isinstance(exc, asyncio.CancelledError):
@@ -136,7 +141,7 @@ async def start_agent(
         if said:
             raise SshError("agent", f"the agent did not start: {said}") from None
         if isinstance(exc, TimeoutError):
-            raise SshError("agent", "the agent did not answer within 30s") from None
+            raise SshError("agent", f"the agent did not answer within {HELLO_TIMEOUT:g}s") from None
         raise
     return client, channel
 

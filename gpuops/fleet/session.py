@@ -16,7 +16,7 @@ import asyncssh
 
 from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.fleet.remote_agent import start_agent
-from gpuops.fleet.ssh import connect
+from gpuops.fleet.ssh import Progress, connect
 
 if TYPE_CHECKING:  # the collector imports this module: NodeTarget only for the annotations
     from gpuops.fleet.collector import NodeTarget
@@ -26,14 +26,16 @@ CLOSE_TIMEOUT = 2.0
 
 @contextlib.asynccontextmanager
 async def agent_connection(
-    target: NodeTarget, handshakes: asyncio.Semaphore | None = None
+    target: NodeTarget, handshakes: asyncio.Semaphore | None = None, progress: Progress | None = None
 ) -> AsyncIterator[tuple[asyncssh.SSHClientConnection, AgentClient]]:
     """Connect, start the node's agent and yield the connection and the greeted agent; raises
     SshError or AgentError (backend_unavailable when the agent runs but cannot reach the GPUs).
-    The agent, its channel and the connection are closed on the way out, whatever happened."""
-    conn = await connect(target.ssh, handshakes)
+    The agent, its channel and the connection are closed on the way out, whatever happened.
+    `progress` follows the way taken and each step, for a node that has not answered yet."""
+    progress = progress if progress is not None else Progress()
+    conn = await connect(target.ssh, handshakes, progress)
     try:
-        client, channel = await start_agent(conn, target.launch, target.name)
+        client, channel = await start_agent(conn, target.launch, target.name, progress)
         try:
             hello = client.hello
             if hello is not None and hello.backend_error:

@@ -8,6 +8,7 @@ from gpuops.fleet.collector import NodeTarget
 from gpuops.fleet.remote_agent import AgentLaunch
 from gpuops.fleet.ssh import SshTarget
 from gpuops.spec import Fleet, SshSettings
+from gpuops.spec.model import NO_JUMP, Node
 
 
 def _ssh_target(
@@ -28,6 +29,16 @@ def _ssh_target(
     )
 
 
+def _says_no_jump(fleet: Fleet, node: Node) -> bool:
+    """`jump_host: none` on the node (else in the fleet's ssh:): direct, as `ssh -J none` is,
+    whatever ProxyJump ~/.ssh/config has for the host."""
+    for layer in (node.ssh, fleet.ssh):
+        ref = getattr(layer, "jump_host", None) if layer is not None else None
+        if ref is not None:
+            return bool(ref == NO_JUMP)
+    return False
+
+
 def node_targets(fleet: Fleet) -> list[NodeTarget]:
     targets = []
     for node in fleet.nodes:
@@ -38,6 +49,8 @@ def node_targets(fleet: Fleet) -> list[NodeTarget]:
             key = ssh.jump.identity_file or ssh.identity_file
             jump = _ssh_target(ssh.jump.host, ssh.jump.port, ssh.jump.user, key, ssh)
             target = dataclasses.replace(target, jump=jump)
+        elif _says_no_jump(fleet, node):
+            target = dataclasses.replace(target, direct=True)
         agent = fleet.agent_settings(node)
         targets.append(
             NodeTarget(

@@ -347,6 +347,7 @@ def test_fleet_client_refuses_unknown_host_and_wrong_key(silos: Launched, tmp_pa
     )
     other_key = asyncssh.generate_private_key("ssh-ed25519")
     (tmp_path / "other").write_bytes(other_key.export_private_key())
+    (tmp_path / "other").chmod(0o600)  # a key others can read is refused, as OpenSSH refuses it
     (tmp_path / "empty_known_hosts").write_text("")
 
     async def attempt(target: SshTarget) -> str:
