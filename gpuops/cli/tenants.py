@@ -27,10 +27,10 @@ from rich.table import Table
 from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
 from gpuops.cli.fleet import load_or_fail
+from gpuops.core.atomic_file import atomic_write
 from gpuops.core.history import History
 from gpuops.core.units import format_bytes, parse_percent
 from gpuops.fleet.targets import node_targets
-from gpuops.plan.private_file import write_private
 from gpuops.spec import Fleet, dump_fleet, fleet_from_data
 from gpuops.spec.errors import SpecError
 from gpuops.tenancy.accounting import (
@@ -299,7 +299,7 @@ def rebalance_command(
         _warn_incomplete(evidence)
     if out is not None:
         try:
-            write_private(out, text)  # 0600: it names every team's GPUs, as a saved plan does
+            atomic_write(out, text)  # 0600: it names every team's GPUs, as a saved plan does
         except OSError as exc:
             fail(f"{out}: {exc.strerror or exc}")
         if not as_json:

@@ -33,6 +33,7 @@ import time
 import zlib
 from typing import Any, Callable, Dict, Iterable, List, Optional, TextIO, Tuple
 
+from gpuops.core.atomic_file import atomic_write
 from gpuops.core.history import (
     HOUR,
     MAX_KEYS,
@@ -342,33 +343,6 @@ class Rollup:
 # ---- files -------------------------------------------------------------------------------------
 
 
-def write_atomic(directory: str, name: str, text: str, durable: bool = True) -> None:
-    """Replace DIR/NAME with `text`: temporary file, fsync, rename, fsync of the directory; a
-    crash leaves the old file or the new one, never a mix."""
-    path = os.path.join(directory, name)
-    tmp = os.path.join(directory, ".%s.%d.tmp" % (name, os.getpid()))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if durable:
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        except OSError:  # some file systems cannot sync a directory
-            pass
-        finally:
-            os.close(dfd)
-
-
 class FileError(ValueError):
     """A history file that cannot be used; the message says which and why."""
 
@@ -642,7 +616,16 @@ class Recorder:
 
     def _write(self, name: str, text: str) -> None:
         try:
-            write_atomic(self.directory, name, text, self.durable)
+            # 0644 through the umask, as the files were always created; the directory synced too,
+            # so that a power cut after a flush cannot bring the old file back.
+            atomic_write(
+                os.path.join(self.directory, name),
+                text,
+                0o644,
+                umask=True,
+                durable=self.durable,
+                sync_directory=self.durable,
+            )
             self.writes += 1
         except OSError as exc:  # a full disk must not stop the recorder: it tries again later
             log.error("history: cannot write %s: %s", os.path.join(self.directory, name), exc)

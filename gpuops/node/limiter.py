@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 # The table's text format lives in core/ (the operator side builds the same lines); its names
 # are re-exported here, where the node side and its tests know them from.
+from gpuops.core.atomic_file import atomic_write
 from gpuops.core.tenant_table import (
     CLASSES,
     POLICIES,
@@ -101,23 +102,8 @@ def write_table(
     text = format_table(specs, generation)
     directory.mkdir(parents=True, exist_ok=True)
     for name in (LAST_GOOD_FILE, TABLE_FILE):
-        _replace_file(directory, name, text.encode("utf-8"))
+        atomic_write(directory / name, text, 0o644)
     return generation
-
-
-def _replace_file(directory: Path, name: str, data: bytes) -> None:
-    """Write, fsync, rename: a reader sees the old file or the new one, never part of one."""
-    tmp = directory / (".%s.%d.tmp" % (name, os.getpid()))
-    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fchmod(fd, 0o644)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(str(tmp), str(directory / name))
 
 
 # --------------------------------------------------------------------------- shared regions

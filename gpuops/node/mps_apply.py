@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gpuops.core import protocol as proto
+from gpuops.core.atomic_file import atomic_write
 from gpuops.node.backends.base import Backend, BackendError
 from gpuops.node.mps import (
     DEFAULT_PERCENTAGE,
@@ -80,12 +81,8 @@ class MpsRecord:
     def save(self, devices: Dict[str, Dict[str, Any]]) -> None:
         directory = os.path.dirname(self.path)
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        partial = "%s.%d.partial" % (self.path, os.getpid())
-        with open(partial, "w", encoding="utf-8") as f:
-            json.dump({"version": RECORD_VERSION, "devices": devices}, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(partial, self.path)
+        text = json.dumps({"version": RECORD_VERSION, "devices": devices}, indent=1, sort_keys=True)
+        atomic_write(self.path, text, 0o666, umask=True)
 
     def put(self, device: str, entry: Optional[Dict[str, Any]]) -> bool:
         """Record (or, with None, forget) a device; True when the record changed."""

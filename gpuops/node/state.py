@@ -19,6 +19,8 @@ import os
 import time
 from typing import Any, Dict, List, Optional, TextIO, Tuple
 
+from gpuops.core.atomic_file import atomic_write
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not on Linux
@@ -98,12 +100,7 @@ class NodeState:
             "time": time.time(),
         }
         path = self._journal_path(uuid)
-        partial = "%s.%d.partial" % (path, os.getpid())
-        with open(partial, "w") as f:
-            json.dump(record, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(partial, path)
+        atomic_write(path, json.dumps(record), 0o666, umask=True)
 
     def end(self, uuid: str) -> None:
         with contextlib.suppress(FileNotFoundError):

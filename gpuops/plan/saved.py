@@ -23,9 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpuops.core.atomic_file import atomic_write
 from gpuops.plan.document import plan_from_json
 from gpuops.plan.model import Plan, PlanError
-from gpuops.plan.private_file import write_private
 
 DIGEST_KEY = "digest"
 DIGEST_PREFIX = "sha256:"
@@ -55,7 +55,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
 def save_plan(path: Path, plan: Plan) -> None:
     """Write the plan to `path`, 0600 and atomically; raises PlanError or OSError."""
     text = json.dumps(plan_document(plan), indent=2, allow_nan=False) + "\n"
-    write_private(path, text)
+    atomic_write(path, text)  # 0600: it names hosts, users, processes and every GPU's layout
 
 
 # ---- reading -------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from rich.markup import escape
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from gpuops.core.atomic_file import atomic_write
 from gpuops.core.history import History
 from gpuops.core.model import Gpu
 from gpuops.core.units import format_bytes, format_percent
@@ -49,7 +50,6 @@ from gpuops.plan.apply import CHANGED, PARTIAL, UNCHANGED, NodeResult, apply_fle
 from gpuops.plan.diff import make_plan
 from gpuops.plan.live import NodeLive, read_fleet
 from gpuops.plan.model import Plan, digest
-from gpuops.plan.private_file import write_private
 from gpuops.plan.render import plan_lines
 from gpuops.spec import Fleet, dump_fleet, fleet_from_data, load_fleet, parse_fleet
 from gpuops.spec.errors import SpecError
@@ -515,9 +515,9 @@ def write_fleet(path: Path, expected: bytes, text: str, now: float) -> Path:
     try:
         mode = stat.S_IMODE(target.stat().st_mode)
         # The backup is private (0600); the new file keeps the operator's own mode, and is 0600
-        # until it is complete (plan/private_file.py).
-        write_private(backup, current)
-        write_private(target, text, mode)
+        # until it is complete (core/atomic_file.py).
+        atomic_write(backup, current)
+        atomic_write(target, text, mode)
     except OSError as exc:
         raise PoolError(f"cannot write {path}: {exc.strerror or exc}; nothing applied") from None
     return backup

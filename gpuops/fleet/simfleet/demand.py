@@ -35,13 +35,13 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuops.core.atomic_file import atomic_write
 from gpuops.node.backends.base import BackendError
 from gpuops.node.backends.sim import SimBackend
 from gpuops.node.limiter import LimiterError, TenantSpec, read_table
@@ -370,10 +370,8 @@ class Demand:
         if self.path is None:
             return
         text = json.dumps(self.document(now), indent=1) + "\n"
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(text)
-            os.replace(tmp, self.path)
+            atomic_write(self.path, text, 0o666, umask=True, durable=False)
         except OSError as exc:
             log.warning("cannot write %s: %s", self.path, exc)
         self._written, self._dirty = now, False

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpuops.core.atomic_file import atomic_write
 from gpuops.node.backends.base import ERROR_CODES, BackendError
 
 FAULTS_FILE = "faults.json"
@@ -39,10 +39,8 @@ def inject(node_state_dir: Path, op: str, at: int, effect: str, code: str = "UNK
     if op not in OPS or effect not in EFFECTS or at < 1 or code not in ERROR_CODES:
         raise ValueError(f"bad fault: op {op!r}, at {at}, effect {effect!r}, code {code!r}")
     node_state_dir.mkdir(parents=True, exist_ok=True)
-    path = node_state_dir / FAULTS_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"op": op, "at": at, "effect": effect, "code": code}))
-    os.replace(tmp, path)
+    text = json.dumps({"op": op, "at": at, "effect": effect, "code": code})
+    atomic_write(node_state_dir / FAULTS_FILE, text, 0o666, umask=True, durable=False)
 
 
 class FaultyBackend:

@@ -43,6 +43,7 @@ from typing import Any
 
 import asyncssh
 
+from gpuops.core.atomic_file import atomic_write
 from gpuops.fleet.simfleet.demand import DEFAULT_SPEED, Demand
 from gpuops.fleet.simfleet.history import SimHistory
 from gpuops.fleet.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
@@ -115,19 +116,9 @@ def default_dir() -> Path:
 
 
 def _write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
-    """Write atomically (temporary file, then rename) with the given mode from the start."""
-    raw = data.encode() if isinstance(data, str) else data
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    os.replace(tmp, path)
+    """Write atomically with exactly this mode (no fsync: the simulated fleet's files live as long
+    as its run)."""
+    atomic_write(path, data, mode, durable=False)
 
 
 def known_hosts_text(ports: Sequence[int], host_key: asyncssh.SSHKey, host: str = HOST) -> str:
