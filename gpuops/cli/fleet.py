@@ -115,7 +115,7 @@ def nodes_table(snapshot: FleetSnapshot) -> Table:
             f"[{style}]{s.state}[/]" if style else s.state,
             format_duration(s.age) if s.age is not None else "",
             s.owner or "",
-            s.models or "",
+            Text(s.models or ""),  # GPU names are the node's words too
             f"{s.busy}/{s.gpus}" if s.gpus else "",
             render.percent(s.utilization_percent) if s.utilization_percent is not None else render.NA,
             _share(s.memory_used_bytes, s.memory_total_bytes),
