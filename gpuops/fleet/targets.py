@@ -8,7 +8,7 @@ from gpuops.fleet.collector import NodeTarget
 from gpuops.fleet.remote_agent import AgentLaunch
 from gpuops.fleet.ssh import SshTarget
 from gpuops.spec import Fleet, SshSettings
-from gpuops.spec.model import NO_JUMP, Node
+from gpuops.spec.model import NO_JUMP, NodeEntry
 
 
 def _ssh_target(
@@ -29,7 +29,7 @@ def _ssh_target(
     )
 
 
-def _says_no_jump(fleet: Fleet, node: Node) -> bool:
+def _says_no_jump(fleet: Fleet, node: NodeEntry) -> bool:
     """`jump_host: none` on the node (else in the fleet's ssh:): direct, as `ssh -J none` is,
     whatever ProxyJump ~/.ssh/config has for the host."""
     for layer in (node.ssh, fleet.ssh):

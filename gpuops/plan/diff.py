@@ -37,7 +37,8 @@ from gpuops.plan.model import (
     state_fingerprint,
 )
 from gpuops.spec import Fleet
-from gpuops.spec.carve import DesiredGpu, DesiredMps
+from gpuops.spec.desired import DesiredMps
+from gpuops.spec.desired_gpu import DesiredGpu
 
 Terms = tuple[str, int | None, float | None, str, str]
 
@@ -154,23 +155,18 @@ def _words(value: Any) -> str:
 
 
 def target_layout(desired: DesiredGpu, live: MigLayout) -> MigLayout | None:
-    """The core layout `desired.mig` asks for on this GPU; None when it cannot be placed."""
+    """The layout `desired.mig` asks for on this GPU; None when it cannot be placed. A mode-only
+    mig: keeps the live instances."""
     mig = desired.mig
     assert mig is not None
     if not mig.enabled:
         return MigLayout(False)
     if mig.keeps_instances:
         return live if live.enabled else MigLayout(True)
-    layout = desired.mig_layout
-    if layout is None or not layout.ok:
+    solved = desired.solved_layout
+    if solved is None or not solved.ok:
         return None
-    instances = []
-    for inst in layout.instances:
-        ordered = sorted(zip(inst.compute_starts, inst.compute, strict=True), key=lambda pair: pair[0])
-        instances.append(
-            InstanceSpec(inst.placement.profile_id, inst.placement.start, tuple(cp.id for _, cp in ordered))
-        )
-    return MigLayout(True, tuple(instances)).normalized()
+    return solved.layout()
 
 
 def mig_actions(gpu: Gpu, old: MigLayout, new: MigLayout) -> list[Action]:
@@ -402,7 +398,7 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
         else:
             target = target_layout(desired, old)
             if target is None:
-                reason = desired.mig_layout.reason if desired.mig_layout is not None else "no layout"
+                reason = desired.solved_layout.reason if desired.solved_layout is not None else "no layout"
                 problems.append(f"{desired.mig.location}: GPU {info.index} ({info.name}): {reason}")
             elif target != old or _pending(gpu):
                 victims = sorted({p.pid for a in mig_actions(gpu, old, target) for p in a.processes})

@@ -17,7 +17,7 @@ from gpuops.core.mig.layout import layout_of
 from gpuops.core.model import Gpu
 from gpuops.core.units import format_bytes
 from gpuops.plan.live import NodeLive
-from gpuops.spec.desired import DEFAULT_MPS_LOG_DIRECTORY, DEFAULT_MPS_PIPE_DIRECTORY
+from gpuops.spec.carve_entry import DEFAULT_MPS_LOG_DIRECTORY, DEFAULT_MPS_PIPE_DIRECTORY
 from gpuops.spec.selectors import format_gpu_indices
 
 

@@ -9,23 +9,16 @@
     fleet.desired_for("gpu-a-01", 0, uuid, "NVIDIA H100 80GB HBM3")   # DesiredGpu(mig=, mps=, limiter=)
     text = dump_fleet(fleet)                  # YAML that load_fleet reads back equal
 
-The format is documented in docs/fleet-yaml.md.
+The format is documented in docs/fleet-yaml.md. Modules by role: `model.py` (the file's top
+level, nodes, teams), `carve_entry.py` (a carve: entry's YAML shape), `desired.py` (what it
+resolves to per kind), `mig_solve.py` (a mig: layout solved for a model), `resolve.py` (which
+entries select a GPU), `rules.py`, `carve_checks.py` and `checks.py` (rules), `desired_gpu.py`
+(plan time: one live GPU), `loader.py`, `dump.py`, `migparted.py`.
 """
 
 from __future__ import annotations
 
-from gpuops.spec.carve import (
-    DesiredGpu,
-    DesiredLimiter,
-    DesiredMig,
-    DesiredMps,
-    DesiredMpsTenant,
-    DesiredTenant,
-    MigInstance,
-    MigLayout,
-    mig_layout_for_model,
-)
-from gpuops.spec.desired import (
+from gpuops.spec.carve_entry import (
     CarveEntry,
     GpuSelect,
     LimiterSpec,
@@ -34,16 +27,25 @@ from gpuops.spec.desired import (
     MpsSpec,
     Select,
 )
+from gpuops.spec.desired import (
+    DesiredLimiter,
+    DesiredMig,
+    DesiredMps,
+    DesiredMpsTenant,
+    DesiredTenant,
+)
+from gpuops.spec.desired_gpu import DesiredGpu
 from gpuops.spec.dump import dump_fleet
 from gpuops.spec.errors import SpecError, SpecIssue
 from gpuops.spec.loader import check_fleet, fleet_from_data, load_fleet, parse_fleet
+from gpuops.spec.mig_solve import SolvedInstance, SolvedLayout, solve_layout
 from gpuops.spec.model import (
     AgentOptions,
     AgentSettings,
     Fleet,
     JumpHost,
     JumpSettings,
-    Node,
+    NodeEntry,
     SshDefaults,
     SshOptions,
     SshSettings,
@@ -78,14 +80,14 @@ __all__ = [
     "LabelTerm",
     "LimiterSpec",
     "LimiterTenantSpec",
-    "MigInstance",
-    "MigLayout",
     "MigSpec",
     "MpsSpec",
-    "Node",
+    "NodeEntry",
     "Select",
     "Selector",
     "SelectorError",
+    "SolvedInstance",
+    "SolvedLayout",
     "SpecError",
     "SpecIssue",
     "SshDefaults",
@@ -98,8 +100,8 @@ __all__ = [
     "fleet_json_schema",
     "format_gpu_indices",
     "load_fleet",
-    "mig_layout_for_model",
     "parse_fleet",
     "parse_gpu_indices",
     "parse_selector",
+    "solve_layout",
 ]

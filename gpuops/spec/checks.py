@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Callable, Sequence
 
-from gpuops.spec.carve import check_carve
+from gpuops.spec.carve_checks import check_carve
 from gpuops.spec.errors import DataPath, SpecIssue, format_path, show
 from gpuops.spec.model import DEFAULT_PORT, NO_JUMP, Fleet
 from gpuops.spec.selectors import SelectorError, parse_gpu_indices

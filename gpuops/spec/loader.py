@@ -18,7 +18,7 @@ from pydantic_core import ErrorDetails
 
 from gpuops.spec.checks import CheckContext, run_checks
 from gpuops.spec.errors import DataPath, FieldProblem, SpecError, SpecIssue, format_path, show
-from gpuops.spec.model import AgentOptions, Fleet, JumpHost, Node, SshDefaults, SshOptions
+from gpuops.spec.model import AgentOptions, Fleet, JumpHost, NodeEntry, SshDefaults, SshOptions
 from gpuops.spec.source import Document, decode, from_data, parse_yaml, read_text
 from gpuops.spec.types import SPEC_VERSION, closest
 
@@ -260,15 +260,15 @@ def _model_at(path: DataPath) -> type[BaseModel] | None:
 
 def _unknown_key_hint(key: str, parent: DataPath, model: type[BaseModel] | None) -> str:
     choices = [f.alias or name for name, f in model.model_fields.items()] if model is not None else []
-    if model is Node and key in SshDefaults.model_fields:
+    if model is NodeEntry and key in SshDefaults.model_fields:
         return f"SSH settings of a node go under its ssh: ({format_path((*parent, 'ssh', key))})"
-    if model is Node and key in AgentOptions.model_fields:
+    if model is NodeEntry and key in AgentOptions.model_fields:
         return f"agent settings of a node go under its agent: ({format_path((*parent, 'agent', key))})"
     if model is JumpHost and key == "jump_host":
         return "one hop only in fleet.yaml; for chains use ProxyJump in ~/.ssh/config"
     if model is SshOptions and key in SshDefaults.model_fields:
         return f"{key} is fleet-wide: set it in the top-level ssh:"
-    if model is Fleet and key in Node.model_fields and key not in choices:
+    if model is Fleet and key in NodeEntry.model_fields and key not in choices:
         return "node settings go in an entry of nodes:"
     if model is Fleet and key in SshDefaults.model_fields:
         return f"SSH settings go under ssh: (ssh.{key})"

@@ -25,9 +25,10 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from gpuops.core.mig.catalog import MODELS, NVIDIA_VENDOR_ID, model_for_pci_device_id
-from gpuops.spec.carve import desired_mig, mig_layout_for_model, place_compute_instances
-from gpuops.spec.desired import CI_LEVEL_RE, PROFILE_MODELS, MigSpec, profile_hint
+from gpuops.spec.carve_entry import CI_LEVEL_RE, PROFILE_MODELS, MigSpec, profile_hint
+from gpuops.spec.desired import desired_mig
 from gpuops.spec.errors import DataPath, SpecError, SpecIssue, show
+from gpuops.spec.mig_solve import place_compute_instances, solve_layout
 from gpuops.spec.selectors import SelectorError, format_gpu_indices, parse_selector
 from gpuops.spec.source import Document, parse_yaml
 from gpuops.spec.types import closest
@@ -391,7 +392,7 @@ def _check_fits(r: _Reader, path: DataPath, layout: dict[str, Any], models: list
         return
     mig = desired_mig(MigSpec.model_validate({"enabled": True, **layout}))
     candidates = [MODELS[k] for k in models] if models else list(MODELS.values())
-    results = [mig_layout_for_model(mig, m) for m in candidates]
+    results = [solve_layout(mig, m) for m in candidates]
     failed = [(m, res) for m, res in zip(candidates, results, strict=True) if not res.ok]
     if models and failed:
         model, res = failed[0]

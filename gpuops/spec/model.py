@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Iterable, Literal, Mapping, Union
+from typing import Annotated, Any, Iterable, Literal, Mapping, Union
 
 from pydantic import (
     AfterValidator,
@@ -25,9 +25,10 @@ from pydantic import (
 
 from gpuops.core.mig.catalog import MigModel
 from gpuops.spec.base import SpecModel
-from gpuops.spec.desired import CarveEntry
+from gpuops.spec.carve_entry import CarveEntry
+from gpuops.spec.desired_gpu import DesiredGpu, desired_for, entry_location
 from gpuops.spec.errors import FieldProblem, show
-from gpuops.spec.pools import Pool
+from gpuops.spec.pools import Pool, pool_selects
 from gpuops.spec.selectors import Selector, parse_gpu_indices, parse_selector
 from gpuops.spec.source import Document
 from gpuops.spec.types import (
@@ -205,8 +206,8 @@ def _name_is_optional(schema: dict[str, Any]) -> None:
         required.remove("name")
 
 
-class Node(SpecModel):
-    """One GPU server."""
+class NodeEntry(SpecModel):
+    """One GPU server: an entry of `nodes:` (its live inventory is `gpuops.core.model.Node`)."""
 
     model_config = ConfigDict(json_schema_extra=_name_is_optional)
 
@@ -254,7 +255,7 @@ class Fleet(SpecModel):
     agent: AgentOptions = Field(default_factory=AgentOptions)
     jump_hosts: dict[JumpName, JumpHost] = Field(default_factory=dict)
     teams: dict[TeamName, Team] = Field(default_factory=dict)
-    nodes: list[Node]
+    nodes: list[NodeEntry]
     carve: list[CarveEntry] = Field(default_factory=list)
     """Desired state: MIG layout, MPS and limiter settings per GPU selection, in order (a later
     entry overrides an earlier one, per kind, on the GPUs both select)."""
@@ -265,7 +266,7 @@ class Fleet(SpecModel):
 
     _index: _Index | None = PrivateAttr(default=None)
     _doc: Document | None = PrivateAttr(default=None)  # where things are written, when loaded
-    _carve_selectors: Any = PrivateAttr(default=None)  # carve.selectors_for's cache
+    _carve_selectors: Any = PrivateAttr(default=None)  # resolve.selectors_for's cache
 
     def __eq__(self, other: object) -> bool:
         # The lookup index is a cache, not part of the value.
@@ -285,17 +286,17 @@ class Fleet(SpecModel):
             self._index = index
         return index
 
-    def node(self, name: str) -> Node:
+    def node(self, name: str) -> NodeEntry:
         """The node called `name` (KeyError if none)."""
         try:
             return self._lookup().nodes[name]
         except KeyError:
             raise KeyError(f"no node named {name!r} in the fleet") from None
 
-    def _node(self, node: NodeRef) -> Node:
+    def _node(self, node: NodeRef) -> NodeEntry:
         return self.node(node) if isinstance(node, str) else node
 
-    def nodes_matching(self, selector: str | Selector) -> list[Node]:
+    def nodes_matching(self, selector: str | Selector) -> list[NodeEntry]:
         """Nodes selected by `selector` (see gpuops.spec.selectors), in file order.
         Raises SelectorError for a malformed selector."""
         sel = parse_selector(selector) if isinstance(selector, str) else selector
@@ -337,8 +338,6 @@ class Fleet(SpecModel):
     ) -> str | None:
         """The pool a GPU is a member of (the first pool, in file order, that selects it), or None.
         `uuid` and `model` (NVML name or catalog key) let selections by UUID or model match."""
-        from gpuops.spec.pools import pool_selects
-
         n = self._node(node)
         for name, pool in self.pools.items():
             if any(pool_selects(sel, n, index, uuid, model) for sel in pool.gpus):
@@ -368,11 +367,9 @@ class Fleet(SpecModel):
     ) -> DesiredGpu:
         """What carve: wants on one live GPU: `DesiredGpu(mig=, mps=, limiter=)`, None where no
         entry says (leave as is); later entries win per kind. `gpu_model` is the NVML name (or a
-        catalog key); the MIG layout is solved for it (`mig_layout`). `mig_mode` (live MIG mode)
+        catalog key); the MIG layout is solved for it (`solved_layout`). `mig_mode` (live MIG mode)
         and `memory_total` (bytes) let more rules be checked. What is wrong for this GPU is in
         `.problems` (located SpecIssues), never raised."""
-        from gpuops.spec.carve import desired_for
-
         return desired_for(
             self,
             self.source,
@@ -394,8 +391,6 @@ class Fleet(SpecModel):
 
     def carve_location(self, entry: int) -> str:
         """'fleet.yaml:30:5': where carve entry `entry` is written."""
-        from gpuops.spec.carve import entry_location
-
         return entry_location(self.source, entry)
 
     # ---- resolved settings -----------------------------------------------------------------
@@ -471,10 +466,7 @@ class Fleet(SpecModel):
         )
 
 
-NodeRef = Union[Node, str]
-
-if TYPE_CHECKING:
-    from gpuops.spec.carve import DesiredGpu
+NodeRef = Union[NodeEntry, str]
 
 
 def _expand(path: str | None) -> str | None:
@@ -541,7 +533,7 @@ class _Index:
 
     def __init__(self, fleet: Fleet, key: tuple[int, int, int, int]) -> None:
         self.key = key
-        self.nodes: dict[str, Node] = {}
+        self.nodes: dict[str, NodeEntry] = {}
         for n in fleet.nodes:
             self.nodes.setdefault(n.name, n)
         self.users: dict[str, str] = {}
@@ -553,7 +545,7 @@ class _Index:
                 self.groups.setdefault(group, team_name)
         self._gpu_owners: dict[int, dict[int, str]] = {}
 
-    def gpu_owners(self, node: Node) -> dict[int, str]:
+    def gpu_owners(self, node: NodeEntry) -> dict[int, str]:
         mine = self.nodes.get(node.name) is node
         cached = self._gpu_owners.get(id(node)) if mine else None
         if cached is None:
@@ -576,7 +568,7 @@ __all__ = [
     "Fleet",
     "JumpHost",
     "JumpSettings",
-    "Node",
+    "NodeEntry",
     "SshDefaults",
     "SshOptions",
     "SshSettings",

@@ -19,8 +19,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema, model_validator
 
 from gpuops.spec.base import SpecModel
-from gpuops.spec.desired import MemoryCap, Select, check_compute_share, format_share
+from gpuops.spec.carve_entry import MemoryCap, Select, check_compute_share, format_share
 from gpuops.spec.errors import FieldProblem, show
+from gpuops.spec.resolve import same_model
+from gpuops.spec.selectors import parse_gpu_indices, parse_selector
 from gpuops.spec.types import Flag, PoolName, TeamName, Text
 
 POOL_POLICIES = ("burst-share", "fixed-share")
@@ -106,11 +108,8 @@ __all__ = ["CARVINGS", "POOL_POLICIES", "Pool", "PoolGuarantee", "PoolName", "po
 
 
 def pool_selects(sel: Select, node: Any, index: int, uuid: str | None, model: str | None) -> bool:
-    """Whether a member selection selects GPU `index` of `node` (a spec Node). A selection by UUID
+    """Whether a member selection selects GPU `index` of `node` (a spec NodeEntry). A selection by UUID
     or model matches only when the GPU's UUID or model is given."""
-    from gpuops.spec.carve import same_model
-    from gpuops.spec.selectors import parse_gpu_indices, parse_selector
-
     if not parse_selector(sel.nodes).matches(node.name, node.labels):
         return False
     gpus = sel.gpus

@@ -45,7 +45,7 @@ from typing import Any
 from gpuops.core.mig.catalog import GpuInstanceProfile, MigModel, find_model
 from gpuops.core.mig.placement import solve
 from gpuops.core.units import format_bytes
-from gpuops.spec.desired import CarveEntry
+from gpuops.spec.carve_entry import CarveEntry
 from gpuops.spec.loader import fleet_from_data
 from gpuops.spec.model import Fleet
 from gpuops.spec.pools import Pool, pool_selects

@@ -103,8 +103,8 @@ def test_all_balanced_with_h100_and_h200_filters() -> None:
     )
     fleet = parse_fleet(as_fleet(text))
     h100 = fleet.desired_for("gpu-h100", 0, None, "NVIDIA H100 80GB HBM3")
-    assert h100.ok and h100.mig_layout is not None
-    assert [str(p) for p in h100.mig_layout.placements] == [
+    assert h100.ok and h100.solved_layout is not None
+    assert [str(p) for p in h100.solved_layout.placements] == [
         "2g.20gb@0",
         "1g.10gb@2",
         "1g.10gb@3",
@@ -128,7 +128,7 @@ def test_custom_config() -> None:
     )
     fleet = parse_fleet(as_fleet(text).replace("{nodes: '*'", "{nodes: gpu-a100"))
     a100 = fleet.desired_for("gpu-a100", 4, None, "NVIDIA A100-SXM4-40GB")
-    assert a100.ok and a100.mig_layout is not None and len(a100.mig_layout.placements) == 7
+    assert a100.ok and a100.solved_layout is not None and len(a100.solved_layout.placements) == 7
     assert not fleet.desired_for("gpu-a100", 2, None, "NVIDIA A100-SXM4-40GB").mig.enabled  # type: ignore[union-attr]
     assert fleet.desired_for("gpu-a100", 5, None, "NVIDIA A100-SXM4-40GB").mig is None
     # an H100 named by index: the plan says 1g.5gb is no H100 profile
@@ -202,8 +202,8 @@ def test_ci_level_profiles_become_compute_splits() -> None:
     # later entries win, as in mig-parted: GPU 5 of an H100 box gets the third spec
     assert fleet.desired_for("gpu-h100", 5, None, "NVIDIA H100 80GB HBM3").mig.entry == 2  # type: ignore[union-attr]
     d = fleet.desired_for("gpu-h100", 5, None, "NVIDIA A100-SXM4-80GB")
-    assert d.mig is not None and d.mig.entry == 1 and d.mig_layout is not None
-    assert [c.name for c in d.mig_layout.instances[0].compute] == ["2c.3g.40gb", "1c.3g.40gb"]
+    assert d.mig is not None and d.mig.entry == 1 and d.solved_layout is not None
+    assert [c.name for c in d.solved_layout.instances[0].compute] == ["2c.3g.40gb", "1c.3g.40gb"]
 
 
 # (description, config, -c label, the lines it must print)

@@ -169,7 +169,7 @@ def _shares(
     desired = fleet.desired_for(node, index, uuid, model, mig_mode=False, memory_total=MODELS[model])
     assert not desired.problems, [str(p) for p in desired.problems]
     if desired.mig is not None and desired.mig.enabled:
-        assert desired.mig_layout is not None and desired.mig_layout.ok, desired.mig_layout
+        assert desired.solved_layout is not None and desired.solved_layout.ok, desired.solved_layout
     if desired.limiter is None or not desired.limiter.enabled:
         return {}, {}
     specs = [t for t in desired.limiter.tenant_specs() if t.name != "*"]

@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 
 from gpuops.core.mig import MODELS
 from gpuops.spec import Fleet, SpecError, dump_fleet, fleet_from_data, parse_fleet
-from gpuops.spec.desired import PROFILE_MODELS
+from gpuops.spec.carve_entry import PROFILE_MODELS
 from gpuops.spec.migparted import read_mig_parted, render_carve
 from tests.unit.test_spec_fuzz import EXAMPLE, STRUCTURES, check_outcome
 

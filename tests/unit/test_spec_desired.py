@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.core.mig import MODELS
+from gpuops.core.mig.layout import InstanceSpec, MigLayout
 from gpuops.core.mig.placement import solve
 from gpuops.node.limiter import format_table, parse_table
 from gpuops.spec import (
@@ -16,15 +17,15 @@ from gpuops.spec import (
     DesiredLimiter,
     Fleet,
     MigSpec,
-    Node,
+    NodeEntry,
     SpecError,
     Team,
     check_fleet,
     dump_fleet,
     fleet_json_schema,
     load_fleet,
-    mig_layout_for_model,
     parse_fleet,
+    solve_layout,
 )
 
 HEAD = """\
@@ -766,16 +767,26 @@ def test_the_example_resolves() -> None:
     fleet = load_fleet(EXAMPLE)
     assert len(fleet.carve) == 5
     a = fleet.desired_for("dgx-a-01", 0, UUID, "NVIDIA A100-SXM4-80GB")
-    assert a.ok and a.mig is not None and a.mig_layout is not None and a.mig_layout.ok
-    assert [str(p) for p in a.mig_layout.placements] == ["2g.20gb@0", "1g.10gb@2", "1g.10gb@3", "3g.40gb@4"]
-    assert a.mig_layout.result == solve(MODELS["A100-80GB"], {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2})
+    assert a.ok and a.mig is not None and a.solved_layout is not None and a.solved_layout.ok
+    assert [str(p) for p in a.solved_layout.placements] == [
+        "2g.20gb@0",
+        "1g.10gb@2",
+        "1g.10gb@3",
+        "3g.40gb@4",
+    ]
+    assert a.solved_layout.result == solve(MODELS["A100-80GB"], {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2})
     training = fleet.desired_for("dgx-a-02", 7, UUID, "NVIDIA A100-SXM4-80GB")
-    assert training.mig is not None and not training.mig.enabled and training.mig_layout is None
+    assert training.mig is not None and not training.mig.enabled and training.solved_layout is None
     b = fleet.desired_for("dgx-b-01", 4, UUID, "NVIDIA H100 80GB HBM3")
     assert b.ok and b.mig is not None and b.mps is not None and b.mps_per_instance() is True
-    assert b.mig_layout is not None
-    assert [str(p) for p in b.mig_layout.placements] == ["2g.20gb@0", "1g.10gb@2", "1g.10gb@3", "3g.40gb@4"]
-    three_g = b.mig_layout.instances[-1]
+    assert b.solved_layout is not None
+    assert [str(p) for p in b.solved_layout.placements] == [
+        "2g.20gb@0",
+        "1g.10gb@2",
+        "1g.10gb@3",
+        "3g.40gb@4",
+    ]
+    three_g = b.solved_layout.instances[-1]
     assert [c.name for c in three_g.compute] == ["1c.3g.40gb"] * 3 and three_g.compute_starts == (0, 1, 2)
     assert b.mig.location == f"{EXAMPLE}:133:5" and b.mps.location == b.mig.location
     assert b.mps.pipe_directory_for("MIG-1") == "/run/gpuops/mps/MIG-1"
@@ -822,9 +833,9 @@ def test_a_layout_that_fits_some_model_is_checked_against_the_live_one() -> None
         """
     )
     fine = fleet.desired_for("gpu-b-01", 0, UUID, "NVIDIA H100 80GB HBM3")
-    assert fine.ok and fine.mig_layout is not None and fine.mig_layout.ok
+    assert fine.ok and fine.solved_layout is not None and fine.solved_layout.ok
     wrong = fleet.desired_for("gpu-b-01", 0, UUID, "NVIDIA A100-SXM4-40GB")
-    assert wrong.mig_layout is not None and not wrong.mig_layout.ok
+    assert wrong.solved_layout is not None and not wrong.solved_layout.ok
     assert [str(p) for p in wrong.problems] == [
         "f.yaml:10:37: carve[0].mig.profiles[\"3g.40gb\"]: unknown profile '3g.40gb' for A100-SXM4-40GB; valid: "
         "1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb; gpu-b-01 GPU 0 is an A100-SXM4-40GB; "
@@ -907,7 +918,7 @@ def test_a_fleet_built_in_code() -> None:
     fleet = Fleet(
         version=1,
         teams={"vision": Team()},
-        nodes=[Node(name="n1", host="n1")],
+        nodes=[NodeEntry(name="n1", host="n1")],
         carve=[
             CarveEntry.model_validate(
                 {"select": {"gpus": 0}, "mig": {"enabled": True, "profiles": {"3g.40gb": 3}}}
@@ -928,31 +939,30 @@ def test_a_fleet_built_in_code() -> None:
     assert parse_fleet("version: 1\nnodes: [{host: n1}]\n").desired_for("n1", 0).empty
 
 
-# ---- mig_layout_for_model -------------------------------------------------------------------------
+# ---- solve_layout --------------------------------------------------------------------------------
 
 
-def test_mig_layout_for_model() -> None:
+def test_solve_layout() -> None:
     spec = MigSpec.model_validate(
         {"enabled": True, "profiles": {"7g.80gb": 1}, "compute": {"7g.80gb": ["1c", "3c", "3c"]}}
     )
-    layout = mig_layout_for_model(spec, "H100-80GB")
+    layout = solve_layout(spec, "H100-80GB")
     assert layout.ok and layout.result.ok and [str(p) for p in layout.placements] == ["7g.80gb@0"]
     (inst,) = layout.instances
     assert [c.slices for c in inst.compute] == [3, 3, 1] and inst.compute_starts == (0, 4, 3)
     entry = CarveEntry.model_validate({"select": {}, "mig": {"enabled": True, "placements": ["1g.10gb@6"]}})
-    assert [str(p) for p in mig_layout_for_model(entry, MODELS["A100-80GB"]).placements] == ["1g.10gb@6"]
-    assert not mig_layout_for_model(entry, "V100").ok
+    assert [str(p) for p in solve_layout(entry, MODELS["A100-80GB"]).placements] == ["1g.10gb@6"]
+    assert not solve_layout(entry, "V100").ok
     assert (
-        mig_layout_for_model(entry, "V100").reason
-        == "'V100' is not a MIG model gpuops knows (see gpuops mig models)"
+        solve_layout(entry, "V100").reason == "'V100' is not a MIG model gpuops knows (see gpuops mig models)"
     )
-    off = mig_layout_for_model(MigSpec(enabled=False), "A30")
+    off = solve_layout(MigSpec(enabled=False), "A30")
     assert off.ok and off.placements == () and off.instances == ()
-    a30 = mig_layout_for_model(
+    a30 = solve_layout(
         MigSpec.model_validate({"enabled": True, "profiles": {"2g.12gb+me": 1, "1g.6gb+me": 1}}), "A30"
     )
     assert not a30.ok and a30.reason.startswith("needs 2 JPEG engines") and a30.path == ("profiles",)
-    wrong_ci = mig_layout_for_model(
+    wrong_ci = solve_layout(
         MigSpec.model_validate(
             {"enabled": True, "profiles": {"4g.40gb": 1}, "compute": {"4g.40gb": ["4c.3g.40gb"]}}
         ),
@@ -961,7 +971,38 @@ def test_mig_layout_for_model() -> None:
     assert wrong_ci.reason == "4c.3g.40gb is not a compute profile of 4g.40gb (write 4c)"
     assert wrong_ci.path == ("compute", "4g.40gb")
     with pytest.raises(ValueError):
-        mig_layout_for_model(CarveEntry.model_validate({"select": {}, "mps": {"enabled": True}}), "A30")
+        solve_layout(CarveEntry.model_validate({"select": {}, "mps": {"enabled": True}}), "A30")
+
+
+def test_a_solved_layout_gives_the_core_layout_nodes_apply() -> None:
+    h100 = MODELS["H100-80GB"]
+    seven, four, two = h100.profile("7g.80gb"), h100.profile("4g.40gb"), h100.profile("2g.20gb")
+    ci = {cp.slices: cp.id for cp in seven.compute_profiles}
+    spec = MigSpec.model_validate(
+        {"enabled": True, "profiles": {"7g.80gb": 1}, "compute": {"7g.80gb": ["1c", "3c", "3c"]}}
+    )
+    # the solver lists compute instances largest first; the core layout, in placement order (by
+    # compute-slice start) as the node reads them back
+    assert solve_layout(spec, h100).layout() == MigLayout(
+        True, (InstanceSpec(seven.id, 0, (ci[3], ci[1], ci[3])),)
+    )
+    spec = MigSpec.model_validate({"enabled": True, "profiles": {"2g.20gb": 1, "4g.40gb": 1}})
+    layout = solve_layout(spec, h100).layout()
+    assert layout == MigLayout(
+        True,
+        (
+            InstanceSpec(four.id, 0, (four.default_compute_profile.id,)),
+            InstanceSpec(two.id, 4, (two.default_compute_profile.id,)),
+        ),
+    )
+    assert MigLayout.from_json(layout.to_json()) == layout
+    assert solve_layout(MigSpec(enabled=False), "A30").layout() == MigLayout(False)
+    with pytest.raises(ValueError, match="keeps the live instances"):
+        solve_layout(MigSpec(enabled=True), "A30").layout()
+    with pytest.raises(ValueError, match="at most"):
+        solve_layout(
+            MigSpec.model_validate({"enabled": True, "profiles": {"7g.80gb": 2}}), "H100-80GB"
+        ).layout()
 
 
 # ---- round trip ----------------------------------------------------------------------------------

@@ -272,7 +272,7 @@ def test_schema_describes_the_file() -> None:
     }
     assert schema["required"] == ["version", "nodes"]
     assert "^x-" in schema["patternProperties"]
-    node = schema["$defs"]["Node"]
+    node = schema["$defs"]["NodeEntry"]
     assert node["required"] == ["host"] and node["additionalProperties"] is False
     ssh = schema["$defs"]["SshOptions"]["properties"]
     assert ssh["host_key_policy"]["anyOf"][0]["enum"] == ["strict", "accept-new"]

@@ -1,0 +1,129 @@
+"""The rules on one GPU's combination of kinds, the same at load and at plan time: MPS memory
+limits within what a client can have (the smallest MIG instance wanted, else the GPU's memory),
+the limiter never on a MIG GPU nor beside MPS, limiter memory caps within the GPU.
+
+A rule fires only on what is certain for the GPU (`Winner.certain`): at load time a GPU selected
+by index or by every GPU of a node, at plan time every live GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from gpuops.core.mig.catalog import MODELS, MigModel
+from gpuops.core.units import format_bytes
+from gpuops.spec.carve_entry import MIB, PROFILE_MODELS, CarveEntry, format_exact_bytes
+from gpuops.spec.desired import desired_mig
+from gpuops.spec.errors import DataPath
+from gpuops.spec.resolve import GpuView, Winner
+
+
+def _instance_memory(name: str, model: MigModel | None) -> int | None:
+    """Memory of a GPU instance profile: on the model; model unknown: the most any model has."""
+    if model is not None:
+        gi = model.find_profile(name)
+        return gi.memory_mib * MIB if gi is not None else None
+    sizes = [gi.memory_mib for key in PROFILE_MODELS.get(name, ()) if (gi := MODELS[key].find_profile(name))]
+    return max(sizes) * MIB if sizes else None
+
+
+def _mps_bound(entries: Sequence[CarveEntry], gpu: GpuView, mig: Winner) -> tuple[int, str] | None:
+    """The memory one MPS client can have at most on the GPU: the smallest MIG instance wanted
+    on it, else the GPU's memory; None when not known."""
+    if mig.entry is not None and mig.certain:
+        spec = entries[mig.entry].mig
+        if spec is not None and spec.enabled:
+            d = desired_mig(spec)
+            names = list(d.profile_counts())
+            if names:
+                sizes = [(mem, n) for n in names if (mem := _instance_memory(n, gpu.mig_model)) is not None]
+                if sizes:
+                    mem, name = min(sizes)
+                    where = f"carve[{mig.entry}]"
+                    return mem, f"the {format_bytes(mem, 2)} of a {name} instance (MIG from {where})"
+                return None
+            if d.profiles is not None or d.placements is not None:
+                return None  # no instances: no daemons
+    total = gpu.memory_total
+    if total is None:
+        return None
+    what = gpu.model or "GPU"
+    return total, f"the {format_bytes(total, 2)} of the {what}"
+
+
+def gpu_rules(
+    entries: Sequence[CarveEntry], winners: Mapping[str, Winner], gpu: GpuView, add: Callable[..., None]
+) -> None:
+    """The rules on one GPU's combination of kinds; `add(path, message, hint, at_key)`."""
+    mig_w, mps_w, lim_w = winners["mig"], winners["mps"], winners["limiter"]
+    mig = entries[mig_w.entry].mig if mig_w.entry is not None and mig_w.certain else None
+    mps = entries[mps_w.entry].mps if mps_w.entry is not None and mps_w.certain else None
+    lim = entries[lim_w.entry].limiter if lim_w.entry is not None and lim_w.certain else None
+    mig_on = (mig is not None and mig.enabled) or (
+        mig_w.entry is None and mig_w.certain and gpu.mig_mode is True
+    )
+    lim_on = lim is not None and lim.enabled and bool(lim.tenants)
+    mps_on = mps is not None and mps.enabled
+
+    if mps is not None and mps_on and mps_w.entry is not None:
+        bound = _mps_bound(entries, gpu, mig_w)
+        if bound is not None:
+            limit, what = bound
+            base: DataPath = ("carve", mps_w.entry, "mps")
+            if mps.pinned_memory_limit is not None and mps.pinned_memory_limit > limit:
+                add(
+                    (*base, "pinned_memory_limit"),
+                    f"{format_exact_bytes(mps.pinned_memory_limit)} is more than {what}",
+                    "the limit applies to each client of each MPS daemon (one per GPU or MIG instance)",
+                    False,
+                )
+            for name, tenant in mps.per_tenant.items():
+                if tenant.pinned_memory_limit is not None and tenant.pinned_memory_limit > limit:
+                    add(
+                        (*base, "per_tenant", name, "pinned_memory_limit"),
+                        f"{format_exact_bytes(tenant.pinned_memory_limit)} is more than {what}",
+                        "the limit applies to each client of each MPS daemon (one per GPU or MIG instance)",
+                        False,
+                    )
+
+    if lim is not None and lim_on and lim_w.entry is not None:
+        if mig_on:
+            if mig_w.entry is not None and mig_w.entry > lim_w.entry:
+                path: DataPath = ("carve", mig_w.entry, "mig")
+                message = f"MIG on a GPU that carve[{lim_w.entry}] gives to the limiter"
+            else:
+                path = ("carve", lim_w.entry, "limiter")
+                source = f"carve[{mig_w.entry}]" if mig_w.entry is not None else "its live MIG mode"
+                message = f"the limiter cannot share a GPU in MIG mode (MIG from {source})"
+            add(
+                path,
+                message,
+                "MIG instances already split memory and compute; share an instance with MPS instead",
+                True,
+            )
+        if mps_on and mps_w.entry is not None:
+            later, earlier = max(lim_w.entry, mps_w.entry), min(lim_w.entry, mps_w.entry)
+            kind = "limiter" if later == lim_w.entry else "mps"
+            other = "MPS" if kind == "limiter" else "the limiter"
+            add(
+                ("carve", later, kind),
+                f"{'the limiter' if kind == 'limiter' else 'MPS'} and {other} (from carve[{earlier}]) "
+                "on the same GPU",
+                "use one per GPU: the limiter hands the GPU to one tenant at a time, "
+                "which serializes MPS clients",
+                True,
+            )
+        total = gpu.memory_total
+        if total is not None:
+            for name, lt in lim.tenants.items():
+                if lt.memory is not None and lt.memory > total:
+                    add(
+                        ("carve", lim_w.entry, "limiter", "tenants", name, "memory"),
+                        f"{format_exact_bytes(lt.memory)} is more than the {format_bytes(total, 2)} "
+                        f"of the {gpu.model or 'GPU'}",
+                        "a memory cap is per GPU",
+                        False,
+                    )
+
+
+__all__ = ["gpu_rules"]
