@@ -9,7 +9,6 @@ gpuops export [-f FLEET] [-o FILE]             the live state as fleet.yaml carv
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import os
 import sys
@@ -19,8 +18,6 @@ from typing import Any
 
 import typer
 from rich.markup import escape
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
@@ -34,6 +31,8 @@ from gpuops.plan.model import Plan, PlanError, digest
 from gpuops.plan.render import plan_lines
 from gpuops.plan.saved import EditedPlanError, plan_document, read_plan, save_plan
 from gpuops.spec import Fleet
+from gpuops.spec.dump import carve_section, dump_yaml
+from gpuops.spec.edit import EditError, set_carve
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 EXIT_EDITED = 4  # apply --plan: the file is not what gpuops plan -o wrote (its digest differs)
@@ -240,42 +239,13 @@ def assert_command(
     _out.print("The live state matches fleet.yaml.")
 
 
-def _flow(value: Any) -> Any:
-    if isinstance(value, dict):
-        m = CommentedMap((k, _flow(v)) for k, v in value.items())
-        if all(not isinstance(v, (dict, list)) for v in value.values()) or all(
-            isinstance(v, dict) and all(not isinstance(x, (dict, list)) for x in v.values())
-            for v in value.values()
-        ):
-            m.fa.set_flow_style()
-        return m
-    if isinstance(value, list):
-        s = CommentedSeq(_flow(v) for v in value)
-        s.fa.set_flow_style()
-        return s
-    return value
-
-
 def _carve_yaml(entries: list[dict[str, Any]], fleet_text: str | None) -> str:
-    yaml = YAML(typ="rt", pure=True)
-    yaml.indent(mapping=2, sequence=4, offset=2)
-    yaml.width = 110
-    carve = CommentedSeq()
-    for entry in entries:
-        item = CommentedMap()
-        for key, value in entry.items():
-            item[key] = _flow(value)
-        carve.append(item)
-    out = io.StringIO()
     if fleet_text is None:
-        yaml.dump({"carve": carve}, out)
-        return out.getvalue()
-    document = yaml.load(fleet_text)
-    if not isinstance(document, dict):
-        fail("the fleet file is not a mapping")
-    document["carve"] = carve
-    yaml.dump(document, out)
-    return out.getvalue()
+        return dump_yaml({"carve": carve_section(entries)})
+    try:
+        return set_carve(fleet_text, entries)
+    except EditError as exc:
+        fail(escape(str(exc)))
 
 
 def export_command(

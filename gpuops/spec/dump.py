@@ -1,10 +1,17 @@
-"""Writing a Fleet as fleet.yaml text that `load_fleet` reads back equal (the simulated fleet and
-`gpuops export` write their files with it)."""
+"""Writing YAML: the one emitter set-up, and which parts go on one line.
+
+Everything gpuops writes as YAML goes through here: a whole fleet.yaml (`dump_fleet`: the
+simulated fleet, `gpuops tenants --propose`, the Pool screen's fallback), the `carve:` entries
+`gpuops export` writes (`carve_section`), `gpuops import mig-parted`'s entries, and the parts
+`spec/edit.py` puts into an operator's file. A mapping or list written on one line goes through
+`flow`, which quotes the strings ruamel would write bare there and then refuse to read back.
+"""
 
 from __future__ import annotations
 
 import io
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -20,45 +27,89 @@ _FLOW_WIDTH = 72
 _FLOW_UNSAFE = re.compile(r"\A(?:[-?:,\[\]{}#&*!|>'\"%@`\s]|\Z)|[,\[\]{}#:]|\s\Z")
 
 
-def dump_fleet(fleet: Fleet, *, comment: str | None = None) -> str:
-    """`fleet` as YAML: only the values that differ from the defaults; short lists and mappings of
-    plain values (labels, users, GPU owners) on one line. `comment` becomes a '#' header."""
-    data = fleet.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-    data["version"] = fleet.version  # always written, even if it ever gets a default
-    ordered = {"version": data.pop("version"), **data}
+def yaml_writer() -> YAML:
+    """The round-trip emitter every writer uses (and the loader of the files `spec/edit.py`
+    edits, so that what is not edited keeps its comments, order and quotes)."""
     yaml = YAML(typ="rt", pure=True)
+    yaml.preserve_quotes = True
     yaml.indent(mapping=2, sequence=4, offset=2)
     yaml.width = 110
+    return yaml
+
+
+def dump_yaml(document: Any, *, comment: str | None = None) -> str:
+    """`document` as YAML text; `comment` becomes a '#' header, one line per line."""
     out = io.StringIO()
     if comment:
         for line in comment.splitlines():
             out.write(f"# {line}".rstrip() + "\n")
-    yaml.dump(_styled(ordered), out)
+    yaml_writer().dump(document, out)
     return out.getvalue()
+
+
+def dump_fleet(fleet: Fleet, *, comment: str | None = None) -> str:
+    """`fleet` as YAML that `load_fleet` reads back equal: only the values that differ from the
+    defaults; short lists and mappings of plain values (labels, users, GPU owners) on one line."""
+    data = fleet.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    data["version"] = fleet.version  # always written, even if it ever gets a default
+    ordered = {"version": data.pop("version"), **data}
+    return dump_yaml(compact(ordered), comment=comment)
+
+
+def flow(value: Any) -> Any:
+    """`value` written on one line, every mapping and list inside it too."""
+    if isinstance(value, dict):
+        mapping = CommentedMap((_quoted(k), flow(v)) for k, v in value.items())
+        mapping.fa.set_flow_style()
+        return mapping
+    if isinstance(value, list):
+        seq = CommentedSeq(flow(v) for v in value)
+        seq.fa.set_flow_style()
+        return seq
+    return _quoted(value)
+
+
+def compact(value: Any) -> Any:
+    """fleet.yaml's layout: a mapping or list of plain values on one line when short (labels,
+    users, GPU owners, a selector), everything else in blocks."""
+    if isinstance(value, dict):
+        if not value or (all(_is_plain(v) for v in value.values()) and len(repr(value)) <= _FLOW_WIDTH):
+            return flow(value)
+        return CommentedMap((k, compact(v)) for k, v in value.items())
+    if isinstance(value, list):
+        if not value or (all(_is_plain(v) for v in value) and len(repr(value)) <= _FLOW_WIDTH):
+            return flow(value)
+        return CommentedSeq(compact(v) for v in value)
+    return value
+
+
+def carve_section(entries: Sequence[dict[str, Any]]) -> CommentedSeq:
+    """`carve:` entries as `gpuops export` writes them: each entry a block; a setting on one line
+    when its values are plain or all mappings of plain values; lists always on one line."""
+    return CommentedSeq(CommentedMap((k, _carve_value(v)) for k, v in entry.items()) for entry in entries)
+
+
+def _carve_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        if all(_is_plain(v) for v in value.values()) or all(
+            isinstance(v, dict) and all(_is_plain(x) for x in v.values()) for v in value.values()
+        ):
+            return flow(value)
+        return CommentedMap((k, _carve_value(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return flow(value)
+    return value
 
 
 def _is_plain(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def _in_flow(value: Any) -> Any:
+def _quoted(value: Any) -> Any:
     if isinstance(value, str) and _FLOW_UNSAFE.search(value):
         # Single quotes as ruamel writes them itself; double quotes where escapes are needed.
         return SingleQuotedScalarString(value) if value.isprintable() else DoubleQuotedScalarString(value)
     return value
 
 
-def _styled(value: Any) -> Any:
-    if isinstance(value, dict):
-        if not value or (all(_is_plain(v) for v in value.values()) and len(repr(value)) <= _FLOW_WIDTH):
-            mapping = CommentedMap((_in_flow(k), _in_flow(v)) for k, v in value.items())
-            mapping.fa.set_flow_style()
-            return mapping
-        return CommentedMap((k, _styled(v)) for k, v in value.items())
-    if isinstance(value, list):
-        if not value or (all(_is_plain(v) for v in value) and len(repr(value)) <= _FLOW_WIDTH):
-            seq = CommentedSeq(_in_flow(v) for v in value)
-            seq.fa.set_flow_style()
-            return seq
-        return CommentedSeq(_styled(v) for v in value)
-    return value
+__all__ = ["carve_section", "compact", "dump_fleet", "dump_yaml", "flow", "yaml_writer"]
