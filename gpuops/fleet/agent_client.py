@@ -25,9 +25,9 @@ from typing import Any
 from gpuops.core import protocol as proto
 from gpuops.core.codec import SAMPLE_ROW_FIELDS, DecodeError, from_delta, from_json, from_rows
 from gpuops.core.history import History, history_from_json
+from gpuops.core.lines import READ_CHUNK, ByteReader, ByteWriter, LineSplitter
 from gpuops.core.model import Node, NodeSample
 from gpuops.core.text import may_need_escaping, printable, printable_data
-from gpuops.node.agent import READ_CHUNK, ByteReader, ByteWriter, LineSplitter
 
 _loads: Callable[[bytes], Any]
 try:  # a C parser: a sample's JSON in a third of the standard library's time

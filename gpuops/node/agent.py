@@ -14,7 +14,6 @@ import logging
 import os
 import platform
 import socket
-import sys
 import time
 from typing import (
     TYPE_CHECKING,
@@ -34,6 +33,7 @@ from gpuops import __version__
 from gpuops.core import protocol as proto
 from gpuops.core.codec import to_json
 from gpuops.core.delta import diff, sample_rows
+from gpuops.core.lines import READ_CHUNK, ByteReader, ByteWriter, LineSplitter, TooLarge
 from gpuops.node.backends.base import Backend, BackendError
 from gpuops.node.limiter_tags import LimiterTagger
 from gpuops.node.state import interrupted_applies
@@ -41,77 +41,12 @@ from gpuops.node.state import interrupted_applies
 if TYPE_CHECKING:
     from gpuops.node.mps import MpsControl
 
-try:
-    from typing import Protocol
-except ImportError:  # pragma: no cover - Python 3.7
-    Protocol = object  # type: ignore[assignment]
-
 log = logging.getLogger("gpuops.agent")
 
-READ_CHUNK = 64 * 1024
 MAX_IN_FLIGHT = 32
 
 
-class ByteReader(Protocol):
-    def read(self, n: int = -1) -> Awaitable[bytes]: ...
-
-
-class ByteWriter(Protocol):
-    def write(self, data: bytes) -> Any: ...
-
-    def drain(self) -> Awaitable[None]: ...
-
-
-class _TooLarge:
-    """Marks a line that was dropped because it exceeded the request limit."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-
-class LineSplitter:
-    """Splits pushed bytes into lines without ever holding more than `limit` bytes of one line.
-
-    asyncio's readline either raises or silently keeps the tail of an oversized line, which would
-    then be parsed as a message of its own; here the whole line is skipped and reported once.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._buf = bytearray()
-        self._dropped = -1  # >= 0 while skipping the rest of an oversized line: bytes seen so far
-
-    def feed(self, chunk: bytes) -> List[Union[bytes, _TooLarge]]:
-        out: List[Union[bytes, _TooLarge]] = []
-        start = 0
-        while True:
-            newline = chunk.find(b"\n", start)
-            end = len(chunk) if newline < 0 else newline
-            if self._dropped >= 0:
-                self._dropped += end - start
-            else:
-                self._buf += chunk[start:end]
-                if len(self._buf) > self.limit:
-                    self._dropped = len(self._buf)
-                    self._buf.clear()
-            if newline < 0:
-                return out
-            if self._dropped >= 0:
-                out.append(_TooLarge(self._dropped))
-                self._dropped = -1
-            elif self._buf.strip():
-                out.append(bytes(self._buf))
-            self._buf.clear()
-            start = newline + 1
-
-    def close(self) -> List[Union[bytes, _TooLarge]]:
-        """What is left at the end of the stream (a last line without a newline)."""
-        if self._dropped >= 0:
-            return [_TooLarge(self._dropped)]
-        return [bytes(self._buf)] if self._buf.strip() else []
-
-
-async def read_lines(reader: ByteReader, limit: int) -> AsyncIterator[Union[bytes, _TooLarge]]:
+async def read_lines(reader: ByteReader, limit: int) -> AsyncIterator[Union[bytes, TooLarge]]:
     """The lines of a byte stream, as LineSplitter cuts them."""
     splitter = LineSplitter(limit)
     while True:
@@ -185,7 +120,7 @@ class Agent:
             async for line in read_lines(reader, proto.MAX_REQUEST_BYTES):
                 if self._closed:
                     break
-                if isinstance(line, _TooLarge):
+                if isinstance(line, TooLarge):
                     await self._send(
                         proto.error(
                             None,
@@ -627,27 +562,3 @@ def _make_dir(path: str) -> None:
 def _no_args(args: Dict[str, Any]) -> None:
     if args:
         raise ValueError("this op takes no arguments (got %r)" % sorted(args)[0][:64])
-
-
-def open_backend(name: str, sim_spec: Optional[str] = None) -> Tuple[Optional[Backend], str]:
-    """Create the backend, or return (None, reason) so the agent can still say why it cannot serve."""
-    from gpuops.node.backends.base import BackendUnavailable
-    from gpuops.node.backends.registry import create_backend
-
-    options: Dict[str, Any] = {}
-    if sim_spec is not None:
-        options["sim_spec"] = sim_spec
-    try:
-        return create_backend(name, **options), ""
-    except BackendUnavailable as exc:
-        return None, str(exc)
-    except Exception as exc:  # a broken plugin must not kill the agent without a word
-        return None, "backend %r failed to start: %s: %s" % (name, type(exc).__name__, exc)
-
-
-def log_to_stderr(level: str = "WARNING") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("gpuops-agent: %(levelname)s %(message)s"))
-    root = logging.getLogger("gpuops")
-    root.addHandler(handler)
-    root.setLevel(level)

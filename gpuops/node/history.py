@@ -904,10 +904,11 @@ def run_recorder(
     """`gpuops agent --record`: sample the backend every `interval` seconds and record, until
     SIGTERM or SIGINT (then write and exit 0). A second recorder on the same directory, or a
     backend that cannot start, exits 1 with one line on stderr."""
-    from gpuops.node.agent import log_to_stderr, open_backend
     from gpuops.node.backends.base import BackendError
+    from gpuops.node.backends.registry import open_backend
     from gpuops.node.limiter import DEFAULT_DIR
     from gpuops.node.limiter_tags import LimiterTagger
+    from gpuops.node.logs import log_to_stderr
 
     log_to_stderr(log_level)
     if not (isinstance(interval, (int, float)) and MIN_INTERVAL <= interval <= MAX_INTERVAL):

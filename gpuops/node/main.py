@@ -12,8 +12,10 @@ import os
 import sys
 from typing import List, Optional
 
-from gpuops.node.agent import Agent, log_to_stderr, open_backend
+from gpuops.node.agent import Agent
+from gpuops.node.backends.registry import open_backend
 from gpuops.node.limiter import DEFAULT_DIR as DEFAULT_LIMITER_DIR
+from gpuops.node.logs import log_to_stderr
 
 EXIT_OK = 0
 EXIT_USAGE = 2

@@ -4,7 +4,7 @@ then the built-in ones, so a zipapp pushed to a node without package metadata st
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gpuops.node.backends.base import Backend, BackendUnavailable
 
@@ -58,3 +58,16 @@ def create_backend(name: str, **options: Any) -> Backend:
     except (ImportError, AttributeError) as exc:
         raise BackendUnavailable("backend %r cannot be loaded: %s" % (name, exc)) from exc
     return factory(**options)
+
+
+def open_backend(name: str, sim_spec: Optional[str] = None) -> Tuple[Optional[Backend], str]:
+    """Create the backend, or return (None, reason) so the agent can still say why it cannot serve."""
+    options: Dict[str, Any] = {}
+    if sim_spec is not None:
+        options["sim_spec"] = sim_spec
+    try:
+        return create_backend(name, **options), ""
+    except BackendUnavailable as exc:
+        return None, str(exc)
+    except Exception as exc:  # a broken plugin must not kill the agent without a word
+        return None, "backend %r failed to start: %s: %s" % (name, type(exc).__name__, exc)
