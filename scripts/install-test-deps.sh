@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
-# Install the Debian packages the real-SSH tests need, only when they are missing.
+# Install the Debian packages the real-SSH and Prometheus tests need, only when they are missing.
 #
 #   bash scripts/install-test-deps.sh           install what is missing (quiet; < 1 s when nothing is)
 #   bash scripts/install-test-deps.sh --check   only say what is missing (exit 1 if anything is)
 #
 # Packages: openssh-server (sshd started by the tests), openssh-client (ssh, ssh-keygen),
-# iproute2 (ip netns / veth for several test hosts), tmux.
+# iproute2 (ip netns / veth for several test hosts), tmux, prometheus (the tests start their own
+# prometheus on loopback; its promtool checks expositions and the rules file).
 #
 # Privileges: runs apt-get directly as root, through `sudo -n` when not root and sudo works
 # without a password, and otherwise prints the command to run and exits 1.
 #
 # No system service is started: for the duration of the install a policy-rc.d that answers 101
 # ("action forbidden") is put in place, so invoke-rc.d / deb-systemd-invoke refuse to start
-# ssh.service; an existing policy-rc.d is moved aside and put back afterwards. The tests start
-# their own sshd on their own ports with their own keys; the system sshd stays stopped.
+# ssh.service or prometheus.service; an existing policy-rc.d is moved aside and put back
+# afterwards. The tests start their own sshd and prometheus on their own ports with their own
+# configs; the system services stay stopped.
 set -euo pipefail
 
-PACKAGES=(openssh-server openssh-client iproute2 tmux)
+PACKAGES=(openssh-server openssh-client iproute2 tmux prometheus)
 # What the tests actually run; on a machine without dpkg these decide.
-BINARIES=(/usr/sbin/sshd ssh ssh-keygen ip tmux)
+BINARIES=(/usr/sbin/sshd ssh ssh-keygen ip tmux prometheus promtool)
 
 check_only=0
 case "${1:-}" in
@@ -42,8 +44,8 @@ if ! command -v dpkg-query >/dev/null 2>&1; then
     gone=$(missing_binaries)
     if [ -z "$gone" ]; then exit 0; fi
     echo "install-test-deps: not a Debian system and missing: $(echo "$gone" | tr '\n' ' ')" >&2
-    echo "install-test-deps: install OpenSSH (server and client), iproute2 and tmux by hand;" \
-        "the real-SSH tests skip without them" >&2
+    echo "install-test-deps: install OpenSSH (server and client), iproute2, tmux and Prometheus" \
+        "(prometheus, promtool) by hand; the real-SSH and Prometheus tests skip without them" >&2
     exit 1
 fi
 
@@ -68,7 +70,7 @@ elif command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then
 else
     echo "install-test-deps: missing ${missing[*]} and not root (no password-less sudo)." >&2
     echo "install-test-deps: run:  sudo apt-get update && sudo $install_cmd" >&2
-    echo "install-test-deps: until then the real-SSH tests skip." >&2
+    echo "install-test-deps: until then the real-SSH and Prometheus tests skip." >&2
     exit 1
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
