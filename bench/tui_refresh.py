@@ -57,6 +57,7 @@ def _nodes_for(gpus: int) -> int:
 
 async def _measure(gpus: int, updates: int) -> dict[str, Any]:
     from gpuops.fleet.simsource import SimSource
+    from gpuops.tenancy.ownership import Ownership
     from gpuops.tui.app import GpuopsApp
     from gpuops.tui.feed import Feed
 
@@ -64,7 +65,7 @@ async def _measure(gpus: int, updates: int) -> dict[str, Any]:
     source = SimSource.scenario("large", _nodes_for(gpus), epoch=EPOCH - 86400, clock=lambda: clock[0])
     source.sample()
     nodes_rss = _rss_mb()
-    feed = Feed(source, source.ownership(), lambda: clock[0], period=3600.0)
+    feed = Feed(source, Ownership.from_sim_plan(source.plan), lambda: clock[0], period=3600.0)
     app = GpuopsApp(feed, tune_gc=True)  # as `gpuops tui` runs it
     result: dict[str, Any] = {
         "gpus": source.gpu_count,

@@ -12,7 +12,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpuops.cli import render
 from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
 from gpuops.core.codec import to_json
@@ -20,6 +19,7 @@ from gpuops.core.mig.catalog import find_model
 from gpuops.core.model import Gpu, Node, NodeSample
 from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.fleet.local import local_agent
+from gpuops.views import format as render
 
 
 @asynccontextmanager

@@ -15,7 +15,6 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from gpuops.cli import render
 from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
 from gpuops.core.codec import to_json
@@ -23,9 +22,11 @@ from gpuops.core.model import Gpu
 from gpuops.core.units import UnitError, format_duration, parse_duration
 from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, Collector, FleetSnapshot
 from gpuops.fleet.ssh import run
-from gpuops.fleet.summary import TeamSummary, node_summary, team_summaries
 from gpuops.fleet.targets import node_targets
 from gpuops.spec import Fleet, SpecError, load_fleet
+from gpuops.views import format as render
+from gpuops.views.nodes import node_summary
+from gpuops.views.teams import TeamSummary, team_summaries
 
 EXIT_PARTIAL = 3  # discover: some nodes could not be reached
 DISCOVERY_TIMEOUT = 30.0  # status: seconds the first snapshot waits for slow nodes

@@ -17,11 +17,11 @@ from typing import Any
 
 import typer
 
-from gpuops.cli import render
 from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, Collector, FleetSnapshot
-from gpuops.fleet.summary import node_summary
 from gpuops.fleet.targets import node_targets
 from gpuops.spec import Fleet
+from gpuops.views import format as render
+from gpuops.views.nodes import node_summary
 
 
 def summary_line(snapshot: FleetSnapshot) -> str:

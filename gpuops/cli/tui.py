@@ -17,7 +17,7 @@ import typer
 from gpuops.cli.errors import fail
 
 if TYPE_CHECKING:  # the TUI (Textual) is imported only when a command needs it
-    from gpuops.fleet.views import Ownership
+    from gpuops.tenancy.ownership import Ownership
     from gpuops.tui.feed import CollectorSource, FleetSource, LocalSource
 
 TERMINAL_NEEDED = "the live view needs a terminal (stdin and stderr are not one)"
@@ -52,7 +52,7 @@ def fleet_source(
     from gpuops.cli.fleet import load_or_fail
     from gpuops.fleet.collector import Collector
     from gpuops.fleet.targets import node_targets
-    from gpuops.fleet.views import Ownership
+    from gpuops.tenancy.ownership import Ownership
     from gpuops.tui.pool_source import FleetFileSource
 
     fleet = load_or_fail(fleet_file)
@@ -151,7 +151,7 @@ def register(app: typer.Typer) -> None:
             source, ownership = fleet_source(fleet_file, interval)
             run_tui(source, ownership, readonly)
             return
-        from gpuops.fleet.views import Ownership
+        from gpuops.tenancy.ownership import Ownership
 
         local = local_source(interval, local_backend, str(sim_spec) if sim_spec else None)
         run_tui(local, Ownership(), readonly)

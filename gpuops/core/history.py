@@ -130,7 +130,7 @@ _FRACTIONS: Dict[Tuple[Optional[str], str, int], float] = {}
 
 def instance_fraction(gpu: Gpu, gi: GpuInstance) -> float:
     """The share of its GPU a MIG GPU instance is: compute slices over the GPU's (3g of 7 = 3/7),
-    else memory slices over the model's. The live views (gpuops/fleet/views.py) use it too, so
+    else memory slices over the model's. The view models (gpuops/views/) use it too, so
     history and the screens agree."""
     key = (gpu.info.mig_model, gi.profile_name, gi.size)
     found = _FRACTIONS.get(key)

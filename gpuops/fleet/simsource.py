@@ -25,16 +25,7 @@ from gpuops.fleet.collector import (
     wait_and_clear,
 )
 from gpuops.fleet.simfleet import SimFleetPlan, build_fleet
-from gpuops.fleet.views import Ownership
 from gpuops.node.backends.sim import SimBackend
-
-
-def plan_ownership(plan: SimFleetPlan) -> Ownership:
-    """Owners and teams as the sim fleet's fleet.yaml would give them."""
-    owners = {n.name: n.owner for n in plan.nodes}
-    users = {u: team for team, members in plan.teams.items() for u in members}
-    teams = tuple(sorted(plan.teams))
-    return Ownership(teams, lambda node, index: owners.get(node), users.get)
 
 
 class SimSource:
@@ -86,9 +77,6 @@ class SimSource:
     @property
     def gpu_count(self) -> int:
         return sum(n.gpu_count for n in self.plan.nodes)
-
-    def ownership(self) -> Ownership:
-        return plan_ownership(self.plan)
 
     # ---- FleetSource ---------------------------------------------------------------------------
 

@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from gpuops.core.history import HOUR, MINUTE, Bucket, GpuUsage, History, UserUsage
 from gpuops.core.mig.catalog import find_model
 from gpuops.core.model import GpuProcess
-from gpuops.fleet.summary import UNOWNED
-from gpuops.fleet.views import Ownership
 from gpuops.spec.model import Fleet
+from gpuops.tenancy.ownership import UNOWNED, Ownership
 
 # ---- windows ----------------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@
 - `keys.py`: every key, once (bindings and help come from it);
 - `render.py`: colours and short texts.
 
-Pure computations (tenants, waste, grid groups, filters, sorting) live in `gpuops.fleet.views`;
+What the screens show (tenants, waste, grid groups, filters, sorting, number formats) is computed
+in the view models, `gpuops.views`; who owns what in `gpuops.tenancy.ownership`;
 simulated nodes in-process (tests, benchmarks) in `gpuops.fleet.simsource`.
 """

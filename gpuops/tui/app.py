@@ -2,7 +2,7 @@
 
 The feed runs as a worker on Textual's event loop and hands each new FleetState to the screen in
 front only; a screen brought back to the front draws the latest state once. Screens never
-collect, compute tenants or talk to nodes: they draw what `gpuops.fleet.views` computed.
+collect, compute tenants or talk to nodes: they draw what `gpuops.views` computed.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from textual.app import App
 from textual.binding import BindingType
 from textual.screen import Screen
 
-from gpuops.fleet.views import FilterError, parse_filter
 from gpuops.tui.feed import Feed, FleetState
 from gpuops.tui.keys import GLOBAL_KEYS, bindings
 from gpuops.tui.screens.base import ViewScreen
@@ -33,6 +32,7 @@ from gpuops.tui.screens.nodes import NodesScreen
 from gpuops.tui.screens.pool import CHANGES as POOL_CHANGES
 from gpuops.tui.screens.pool import PoolScreen
 from gpuops.tui.screens.tenants import TenantsScreen
+from gpuops.views.filter import FilterError, parse_filter
 
 if TYPE_CHECKING:
     from gpuops.tui.pool_source import PoolSource

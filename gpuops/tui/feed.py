@@ -41,18 +41,12 @@ from gpuops.fleet.collector import (
     NodeView,
     wait_and_clear,
 )
-from gpuops.fleet.summary import UNOWNED
-from gpuops.fleet.views import (
-    FleetStatus,
-    NodeRow,
-    Ownership,
-    RowCache,
-    TenantHistory,
-    TenantRow,
-    fleet_status,
-    tenant_rows,
-)
 from gpuops.tenancy.attribution import UNATTRIBUTED, default_chain
+from gpuops.tenancy.ownership import UNOWNED, Ownership
+from gpuops.views.nodes import NodeRow, RowCache
+from gpuops.views.status import FleetStatus, fleet_status
+from gpuops.views.tenant_history import TenantHistory
+from gpuops.views.tenants import TenantRow, tenant_rows
 
 if TYPE_CHECKING:
     from gpuops.spec import Fleet

@@ -25,8 +25,10 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from gpuops.fleet.collector import CONNECTING, LIVE, STALE
-from gpuops.fleet.views import BY_NODE, EMPTY_MIG, FREE, LOST, SLICE, Cell, Group, NodeRow
 from gpuops.tui import render
+from gpuops.views.cells import EMPTY_MIG, FREE, LOST, SLICE, Cell
+from gpuops.views.grid import BY_NODE, Group
+from gpuops.views.nodes import NodeRow
 
 CELL = 6  # columns of one cell's text
 GAP = 1  # between cells

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from rich.style import Style
 from rich.text import Text
 
-from gpuops.cli import render as cli_render
 from gpuops.core.units import format_bytes, format_duration
 from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE
+from gpuops.views import format as fmt
 
-NA = cli_render.NA
+NA = fmt.NA
 
 # Utilization: grey when idle (under 5%: the waste to see), then greens, brighter when busier.
 UTIL_STEPS: tuple[tuple[float, str, str], ...] = (

@@ -10,9 +10,13 @@ from textual.containers import Horizontal
 from textual.suggester import SuggestFromList
 from textual.widgets import Input, Label, Static
 
-from gpuops.fleet.summary import UNOWNED
-from gpuops.fleet.views import EMPTY_MIG, FREE, LOST, SLICE, Cell, FleetStatus, NodeRow, TenantRow, Totals
+from gpuops.tenancy.ownership import UNOWNED
 from gpuops.tui import render
+from gpuops.views.cells import EMPTY_MIG, FREE, LOST, SLICE, Cell
+from gpuops.views.grid import Totals
+from gpuops.views.nodes import NodeRow
+from gpuops.views.status import FleetStatus
+from gpuops.views.tenants import TenantRow
 
 VIEWS = ("gpus", "nodes", "tenants", "events", "pool")
 COMMANDS = ("gpus", "nodes", "tenants", "events", "pool", "help", "quit", "q")

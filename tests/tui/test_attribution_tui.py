@@ -19,10 +19,10 @@ from rich.console import Console
 from textual.pilot import Pilot
 
 from gpuops.fleet.collector import LIVE, FleetEvent, FleetSnapshot, NodeView
-from gpuops.fleet.views import Ownership
 from gpuops.node.backends.sim import SimBackend
 from gpuops.spec import parse_fleet
 from gpuops.tenancy import attribution as attribution_module
+from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.feed import Feed
 from gpuops.tui.screens.detail import DetailScreen

@@ -14,9 +14,9 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from gpuops.fleet.collector import FleetEvent
-from gpuops.fleet.views import Ownership
 from gpuops.spec import parse_fleet
 from gpuops.tenancy import attribution as attribution_module
+from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.feed import Feed
 from gpuops.tui.screens.events import EventsScreen

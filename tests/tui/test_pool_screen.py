@@ -536,10 +536,11 @@ def test_quitting_while_an_apply_runs_waits_for_its_result(sim: Launched, tmp_pa
 
 def test_help_lists_the_pool_keys_and_a_local_view_has_no_pool() -> None:
     from gpuops.fleet.simsource import SimSource
+    from gpuops.tenancy.ownership import Ownership
 
     source = SimSource.scenario("silos", 3, label="in-process")
     source.sample()
-    app = GpuopsApp(Feed(source, source.ownership(), period=3600))
+    app = GpuopsApp(Feed(source, Ownership.from_sim_plan(source.plan), period=3600))
 
     async def script(pilot: Pilot[None]) -> None:
         await pilot.press("colon", *"pool", "enter")

@@ -11,6 +11,7 @@ import pytest
 from textual.pilot import Pilot
 
 from gpuops.fleet.collector import STALE, UNREACHABLE
+from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.feed import Feed
 from gpuops.tui.grid import FleetGrid
@@ -25,7 +26,7 @@ Compare = Callable[..., bool]
 def scene() -> GpuopsApp:
     clock = Clock(EPOCH + 6 * 3600)
     source = silos(clock)
-    feed = Feed(source, source.ownership(), clock, period=3600)
+    feed = Feed(source, Ownership.from_sim_plan(source.plan), clock, period=3600)
     while clock() < EPOCH + 14 * 3600:
         clock.advance(300)
         source.sample()

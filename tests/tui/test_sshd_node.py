@@ -13,7 +13,7 @@ from textual.pilot import Pilot
 from gpuops.fleet.collector import Collector, NodeTarget
 from gpuops.fleet.remote_agent import AgentLaunch
 from gpuops.fleet.ssh import SshTarget
-from gpuops.fleet.views import Ownership
+from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.feed import CollectorSource, Feed
 from gpuops.tui.screens.events import EventsScreen

@@ -16,8 +16,6 @@ from hypothesis import strategies as st
 
 from gpuops.core.model import Gpu, GpuInfo, GpuProcess, GpuSample, NodeSample
 from gpuops.fleet.collector import LIVE, FleetSnapshot, NodeView
-from gpuops.fleet.summary import UNOWNED
-from gpuops.fleet.views import Ownership, process_rows, tenant_rows
 from gpuops.spec import Fleet, SpecError, parse_fleet
 from gpuops.tenancy import (
     DEFAULT_ORDER,
@@ -30,6 +28,9 @@ from gpuops.tenancy import (
     load_attributor,
 )
 from gpuops.tenancy import attribution as attribution_module
+from gpuops.tenancy.ownership import UNOWNED, Ownership
+from gpuops.views.detail import process_rows
+from gpuops.views.tenants import tenant_rows
 
 FLEET = """\
 version: 1

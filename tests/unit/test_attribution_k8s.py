@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from gpuops.core.model import GpuProcess
-from gpuops.fleet.views import Ownership
 from gpuops.spec import Fleet, SpecError, parse_fleet
 from gpuops.tenancy import AttributionChain, AttributionContext, available_attributors, load_attributor
 from gpuops.tenancy import attribution as attribution_module
+from gpuops.tenancy.ownership import Ownership
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "plugins" / "gpuops-attributor-k8s"

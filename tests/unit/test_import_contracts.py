@@ -44,6 +44,9 @@ def test_the_tree_keeps_its_contracts(tree: Path) -> None:
         ("gpuops/node/history.py", "from gpuops.node.agent import Agent\n", "node/ inside"),
         ("gpuops/tui/leak.py", "from gpuops.node.agent import Agent\n", "through the protocol only"),
         ("gpuops/fleet/leak.py", "from gpuops.plan import apply\n", "operator layers"),
+        ("gpuops/fleet/leak.py", "from gpuops.views.grid import Group\n", "operator layers"),
+        ("gpuops/views/leak.py", "from gpuops.tui import render\n", "operator layers"),
+        ("gpuops/node/leak.py", "import gpuops.views.format\n", "node/ ships alone"),
     ],
 )
 def test_a_layer_violation_fails_the_lint(tree: Path, module: str, line: str, contract: str) -> None:

@@ -15,16 +15,17 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
-from gpuops.cli import render as cli_render
 from gpuops.core.model import Gpu
 from gpuops.fleet.collector import LIVE, NodeView
-from gpuops.fleet.summary import short_model
-from gpuops.fleet.views import Ownership, SliceSpan, find_gpu, mig_active, mig_layout, process_rows
+from gpuops.tenancy.ownership import Ownership
 from gpuops.tui import render
 from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Cell, Column, LiveTable, Row
+from gpuops.views import format as fmt
+from gpuops.views.common import mig_active, short_model
+from gpuops.views.detail import SliceSpan, find_gpu, mig_layout, process_rows
 
 GPU_COLUMNS = (
     Column("GPU", "gpu", "right"),
@@ -126,19 +127,17 @@ def gpu_panel(view: NodeView, gpu: Gpu | None, ownership: Ownership) -> RichGrou
     if s is not None:
         facts.add_row(
             "utilization",
-            f"GPU {cli_render.percent(s.utilization_gpu_percent)} · memory bus "
-            f"{cli_render.percent(s.utilization_memory_percent)}",
+            f"GPU {fmt.percent(s.utilization_gpu_percent)} · memory bus "
+            f"{fmt.percent(s.utilization_memory_percent)}",
         )
-        facts.add_row("memory", cli_render.memory_usage(s.memory_used_bytes, s.memory_total_bytes))
+        facts.add_row("memory", fmt.memory_usage(s.memory_used_bytes, s.memory_total_bytes))
         facts.add_row(
             "power",
-            f"{cli_render.watts(s.power_watts)} of {cli_render.watts(gpu.info.power_limit_watts)} limit",
+            f"{fmt.watts(s.power_watts)} of {fmt.watts(gpu.info.power_limit_watts)} limit",
         )
-        facts.add_row("temperature", cli_render.celsius(s.temperature_celsius))
-        facts.add_row(
-            "clocks", f"SM {cli_render.mhz(s.sm_clock_mhz)} · memory {cli_render.mhz(s.memory_clock_mhz)}"
-        )
-    facts.add_row("SMs", cli_render.metric(gpu.info.multiprocessor_count, str))
+        facts.add_row("temperature", fmt.celsius(s.temperature_celsius))
+        facts.add_row("clocks", f"SM {fmt.mhz(s.sm_clock_mhz)} · memory {fmt.mhz(s.memory_clock_mhz)}")
+    facts.add_row("SMs", fmt.metric(gpu.info.multiprocessor_count, str))
     if gpu.processes_error:
         facts.add_row("processes", Text(f"n/a ({gpu.processes_error})", style="yellow"))
     parts.append(facts)
@@ -246,12 +245,12 @@ class DetailScreen(ViewScreen):
             str(gpu.info.index),
             short_model(gpu.info.name),
             ownership.owner(view, gpu) or "-",
-            cli_render.percent(s.utilization_gpu_percent) if s else "-",
-            cli_render.memory_usage(s.memory_used_bytes, s.memory_total_bytes) if s else "-",
-            cli_render.watts(s.power_watts) if s else "-",
-            cli_render.celsius(s.temperature_celsius) if s else "-",
-            cli_render.mhz(s.sm_clock_mhz) if s else "-",
-            cli_render.mhz(s.memory_clock_mhz) if s else "-",
+            fmt.percent(s.utilization_gpu_percent) if s else "-",
+            fmt.memory_usage(s.memory_used_bytes, s.memory_total_bytes) if s else "-",
+            fmt.watts(s.power_watts) if s else "-",
+            fmt.celsius(s.temperature_celsius) if s else "-",
+            fmt.mhz(s.sm_clock_mhz) if s else "-",
+            fmt.mhz(s.memory_clock_mhz) if s else "-",
             mig,
             str(len(gpu.processes)) if not gpu.processes_error else "n/a",
         )

@@ -14,12 +14,12 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE
-from gpuops.fleet.views import event_rows
 from gpuops.tui import render
 from gpuops.tui.feed import ATTRIBUTION, FLEET_WIDE, FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Column, LiveTable, Row
+from gpuops.views.events import event_rows
 
 KIND_STYLE = {
     LIVE: "green",

@@ -10,12 +10,12 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 
 from gpuops.fleet.collector import LIVE
-from gpuops.fleet.views import filter_rows, sort_rows
 from gpuops.tui import render
 from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Column, LiveTable, Row
+from gpuops.views.nodes import filter_rows, sort_rows
 
 COLUMNS = (
     Column("Node", "node"),

@@ -25,8 +25,8 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from gpuops.core.model import NotAvailable
-from gpuops.fleet.summary import UNOWNED, short_model
 from gpuops.tenancy.accounting import TeamSide
+from gpuops.tenancy.ownership import UNOWNED
 from gpuops.tenancy.rebalance import GpuKey, GpuRef
 from gpuops.tui import render
 from gpuops.tui.feed import FleetState
@@ -46,6 +46,7 @@ from gpuops.tui.pool_source import (
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.screens.confirm import ConfirmScreen
 from gpuops.tui.table import Cell, Column, LiveTable, Row
+from gpuops.views.common import short_model
 
 log = logging.getLogger("gpuops.tui")
 

@@ -11,13 +11,14 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Static
 
-from gpuops.fleet.summary import UNOWNED
-from gpuops.fleet.views import TenantHistory, TenantRow, sort_tenants
+from gpuops.tenancy.ownership import UNOWNED
 from gpuops.tui import render
 from gpuops.tui.feed import FLEET_WIDE, FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Cell, Column, LiveTable, Row
+from gpuops.views.tenant_history import TenantHistory
+from gpuops.views.tenants import TenantRow, sort_tenants
 
 COLUMNS = (
     Column("Team", "team"),

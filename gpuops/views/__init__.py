@@ -1,0 +1,27 @@
+"""View models: what every screen and CLI table shows, computed from a fleet snapshot; pure
+functions, no I/O, no widgets.
+
+The TUI's widgets only draw what these functions return, so every figure can be tested without a
+terminal and the CLI can reuse them. One module per screen family: `cells` and `grid` (the
+fleet grid), `nodes` (node rows and the CLI's per-node summary), `tenants` and `tenant_history`,
+`teams` (the CLI's per-team table), `events`, `status` (the status line), `detail` (node and GPU
+detail), `filter` (the `/` filter), `format` (numbers with units), `common` (what they share).
+
+Definitions (also in docs/tui.md):
+
+- **owner**: the team a GPU belongs to (fleet.yaml's per-GPU owner, else the node's owner, else the
+  owner the node itself reports).
+- **tenant** of a process: what the attribution chain says (`gpuops.tenancy`, docs/tenancy.md):
+  by default the limiter region's tenant label, else the team of its unix user, else of one of
+  its unix groups in fleet.yaml, else the GPU's owner (source ``owner``); a process nobody claims
+  is unattributed: tenant ``-``, source ``none`` (shown and counted, never dropped).
+- **GPU-equivalents**: a whole GPU counts 1; a MIG GPU instance counts its compute slices over the
+  GPU's (a 3g slice of an H100 is 3/7).
+- **busy**: a GPU at least 5% utilized or with a process on it (`common.gpu_busy`); a MIG slice
+  with a process on it. **idle**: owned capacity that is not busy, free MIG slices included.
+- **GPU-time**: utilization-weighted GPU-equivalents (a GPU at 50% is 0.5). NVML gives no
+  utilization per MIG device, so a MIG slice counts fully while it holds a process. A GPU's time is
+  split between the tenants on it by the memory their processes hold (equally when unknown).
+- **waste**: owned capacity minus the GPU-time delivered on it, by anyone: an idle silo of 8 cards
+  wastes 8, a notebook node at 10% wastes most of its cards, a saturated team almost nothing.
+"""

@@ -1,0 +1,106 @@
+"""The grid's cells: one per GPU, per MIG GPU instance, and per MIG GPU's free capacity."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from gpuops.core.history import instance_fraction
+from gpuops.core.model import Gpu
+from gpuops.fleet.collector import NodeView
+from gpuops.tenancy.ownership import Ownership
+from gpuops.views.common import as_float, as_int, gpu_busy, gpu_lost, mig_active, percent_of, short_model
+
+# Cell kinds
+GPU, SLICE, FREE, LOST, EMPTY_MIG = "gpu", "slice", "free", "lost", "mig"
+
+
+class Cell(NamedTuple):
+    """One GPU, or one MIG GPU instance, or the free capacity of a MIG GPU. (A named tuple: a
+    thousand are made per update, several times faster than a frozen dataclass.)"""
+
+    node: str
+    gpu: int  # GPU index on the node
+    kind: str  # gpu | slice | free | lost | mig (MIG mode with no instance)
+    owner: str | None
+    model: str  # short model name
+    instance: int | None = None  # MIG GPU instance id
+    profile: str = ""  # MIG profile ("3g.40gb"); "" for a whole GPU
+    util: float | None = None  # percent; None where not reported (MIG devices) or no data
+    memory: float | None = None  # percent of the GPU's (or slice's) memory in use
+    memory_used: int | None = None
+    memory_total: int | None = None
+    busy: bool = False
+    fraction: float = 1.0  # GPU-equivalents
+    processes: int = 0
+    tenants: tuple[str, ...] = ()  # teams with processes on it
+    users: tuple[str, ...] = ()
+
+
+def gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> list[Cell]:
+    owner = ownership.owner(view, gpu)
+    model = short_model(gpu.info.name)
+    node, index = view.name, gpu.info.index
+    if gpu_lost(gpu):
+        return [Cell(node, index, LOST, owner, model)]
+    tenant_of = [ownership.tenant(p, owner)[0] for p in gpu.processes]
+    if mig_active(gpu):
+        assert gpu.mig is not None
+        cells: list[Cell] = []
+        used = 0.0
+        samples = {m.gpu_instance_id: m for m in gpu.mig_samples}
+        for gi in sorted(gpu.mig.gpu_instances, key=lambda g: g.start):
+            procs = [
+                (p, t) for p, t in zip(gpu.processes, tenant_of, strict=True) if p.gpu_instance_id == gi.id
+            ]
+            fraction = instance_fraction(gpu, gi)
+            used += fraction
+            sample = samples.get(gi.id)
+            mem_used = as_int(sample.memory_used_bytes) if sample else None
+            mem_total = (as_int(sample.memory_total_bytes) if sample else None) or gi.memory_total_bytes
+            cells.append(
+                Cell(
+                    node,
+                    index,
+                    SLICE,
+                    owner,
+                    model,
+                    instance=gi.id,
+                    profile=gi.profile_name,
+                    memory=percent_of(mem_used, mem_total),
+                    memory_used=mem_used,
+                    memory_total=mem_total,
+                    busy=bool(procs),
+                    fraction=fraction,
+                    processes=len(procs),
+                    tenants=tuple(sorted({t for _, t in procs})),
+                    users=tuple(sorted({p.user for p, _ in procs if p.user})),
+                )
+            )
+        if not cells:
+            return [Cell(node, index, EMPTY_MIG, owner, model)]
+        free = round(1.0 - used, 6)
+        if free > 0.01:
+            cells.append(Cell(node, index, FREE, owner, model, profile="free", fraction=free))
+        return cells
+    s = gpu.sample
+    if s is None:
+        return [Cell(node, index, GPU, owner, model, memory_total=as_int(gpu.info.memory_total_bytes))]
+    used_bytes, total_bytes = as_int(s.memory_used_bytes), as_int(s.memory_total_bytes)
+    gpu_procs = gpu.processes
+    return [
+        Cell(
+            node,
+            index,
+            GPU,
+            owner,
+            model,
+            util=as_float(s.utilization_gpu_percent),
+            memory=percent_of(used_bytes, total_bytes),
+            memory_used=used_bytes,
+            memory_total=total_bytes,
+            busy=gpu_busy(gpu),
+            processes=len(gpu_procs),
+            tenants=tuple(sorted(set(tenant_of))) if gpu_procs else (),
+            users=tuple(sorted({p.user for p in gpu_procs if p.user})) if gpu_procs else (),
+        )
+    ]

@@ -1,0 +1,138 @@
+"""The fleet grid's groups: a team's nodes (or all nodes) with the totals its header shows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from gpuops.tenancy.ownership import UNOWNED
+from gpuops.views.cells import FREE, GPU, LOST, SLICE, Cell
+from gpuops.views.common import percent_of
+from gpuops.views.filter import Filter
+from gpuops.views.nodes import NodeRow, filter_rows, sort_rows
+
+BY_TEAM, BY_NODE = "team", "node"
+
+
+@dataclass(frozen=True)
+class Totals:
+    nodes: int = 0
+    gpus: int = 0  # whole GPUs
+    busy: int = 0
+    idle: int = 0
+    unknown: int = 0  # GPUs without current data
+    slices_idle: float = 0.0  # GPU-equivalents of idle MIG slices (and free capacity) on busy GPUs
+    util: float | None = None  # mean of reporting GPUs
+    memory_used: int = 0
+    memory_total: int = 0
+    processes: int = 0
+
+    @property
+    def memory(self) -> float | None:
+        return percent_of(self.memory_used, self.memory_total)
+
+
+def totals(rows: Sequence[NodeRow]) -> Totals:
+    util_sum = slices_idle = 0.0
+    util_n = gpus = busy = idle = unknown = used = total = procs = 0
+    for r in rows:
+        gpus += r.gpus
+        if r.has_data:
+            busy += r.busy
+            idle += r.idle
+            slices_idle += _idle_slices_on_busy_gpus(r.cells)
+            for c in r.cells:
+                if c.util is not None:
+                    util_sum += c.util
+                    util_n += 1
+        else:
+            unknown += r.gpus
+        used += r.memory_used
+        total += r.memory_total
+        procs += r.processes
+    return Totals(
+        nodes=len(rows),
+        gpus=gpus,
+        busy=busy,
+        idle=idle,
+        unknown=unknown,
+        slices_idle=round(slices_idle, 6),
+        util=util_sum / util_n if util_n else None,
+        memory_used=used,
+        memory_total=total,
+        processes=procs,
+    )
+
+
+def _idle_slices_on_busy_gpus(cells: Sequence[Cell]) -> float:
+    """A MIG GPU with one busy slice counts as busy; what its idle slices and free capacity are
+    worth still is (the team chips count it idle, in GPU-equivalents)."""
+    idle: dict[int, float] = {}
+    busy: set[int] = set()
+    for c in cells:
+        if c.kind in (SLICE, FREE):
+            if c.busy:
+                busy.add(c.gpu)
+            else:
+                idle[c.gpu] = idle.get(c.gpu, 0.0) + c.fraction
+    return sum(v for gpu, v in idle.items() if gpu in busy)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A team's nodes (grouped by team) or all nodes (grouped by node; `team` is '')."""
+
+    team: str
+    totals: Totals
+    rows: tuple[NodeRow, ...]
+
+
+def _subset(row: NodeRow, cells: tuple[Cell, ...]) -> NodeRow:
+    """A node row with only some of its GPUs (a node whose GPUs belong to several teams)."""
+    whole = [c for c in cells if c.kind in (GPU, LOST)]
+    gpus = len({c.gpu for c in cells})
+    busy = len({c.gpu for c in cells if c.busy})
+    utils = [c.util for c in whole if c.util is not None]
+    return replace(
+        row,
+        cells=cells,
+        gpus=gpus,
+        busy=busy if row.has_data else 0,
+        util=sum(utils) / len(utils) if utils else None,
+        memory_used=sum(c.memory_used or 0 for c in cells if c.kind != SLICE),
+        memory_total=sum(c.memory_total or 0 for c in cells if c.kind in (GPU, LOST)),
+        processes=sum(c.processes for c in cells),
+    )
+
+
+def group_rows(
+    rows: Iterable[NodeRow],
+    by: str = BY_TEAM,
+    sort: str = "name",
+    reverse: bool = False,
+    flt: Filter | None = None,
+    now: float = 0.0,
+) -> tuple[Group, ...]:
+    """The grid's groups: by team (a node's GPUs under their owners, teams by name, unowned last)
+    or one group of every node; rows filtered and sorted inside each group."""
+    if by == BY_NODE:
+        kept = sort_rows(filter_rows(rows, flt), sort, now, reverse)
+        return (Group("", totals(kept), tuple(kept)),)
+    teams: dict[str, list[NodeRow]] = {}
+    for row in rows:
+        owners = {c.owner for c in row.cells} or {row.owner}
+        if len(owners) == 1:
+            teams.setdefault(next(iter(owners)) or UNOWNED, []).append(row)
+            continue
+        for owner in sorted(owners, key=lambda o: o or "~"):
+            part = _subset(row, tuple(c for c in row.cells if c.owner == owner))
+            teams.setdefault(owner or UNOWNED, []).append(part)
+    groups = []
+    for team in sorted(teams, key=lambda t: (t == UNOWNED, t)):
+        members = teams[team]
+        kept = [r for r in members if flt is None or flt.matches(f"{team} {r.search}")]
+        if not kept:
+            continue
+        kept = sort_rows(kept, sort, now, reverse)
+        groups.append(Group(team, totals(kept), tuple(kept)))
+    return tuple(groups)

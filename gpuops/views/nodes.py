@@ -1,0 +1,207 @@
+"""One row per node: the grid's rows and the nodes table (TUI), and the per-node summary of the
+CLI's tables; their sort keys and filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from gpuops.core.model import NotAvailable
+from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE, FleetSnapshot, NodeView
+from gpuops.tenancy.ownership import Ownership
+from gpuops.views.cells import Cell, gpu_cells
+from gpuops.views.common import as_float, as_int, gpu_busy, percent_of, short_model
+from gpuops.views.filter import Filter
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node as the fleet grid and the nodes table show it."""
+
+    name: str
+    address: str
+    state: str
+    reason: str
+    since: float
+    last_seen: float | None
+    owner: str | None
+    models: str  # "8x A100-80GB"
+    cells: tuple[Cell, ...]
+    gpus: int
+    busy: int
+    util: float | None  # mean over GPUs that report it
+    memory_used: int
+    memory_total: int
+    processes: int
+    search: str = field(repr=False, default="")  # what a filter matches: name, owner, models, ...
+
+    @property
+    def idle(self) -> int:
+        return self.gpus - self.busy if self.has_data else 0
+
+    @property
+    def has_data(self) -> bool:
+        return self.state in (LIVE, STALE) and self.last_seen is not None
+
+    def age(self, now: float) -> float | None:
+        return None if self.last_seen is None else max(0.0, now - self.last_seen)
+
+    @property
+    def memory(self) -> float | None:
+        return percent_of(self.memory_used, self.memory_total)
+
+
+def node_row(view: NodeView, ownership: Ownership) -> NodeRow:
+    gpus = view.sample.gpus if view.sample else (view.inventory.gpus if view.inventory else ())
+    cells: list[Cell] = []
+    models: dict[str, int] = {}
+    utils: list[float] = []
+    busy = processes = mem_used = mem_total = 0
+    for gpu in gpus:
+        cells.extend(gpu_cells(view, gpu, ownership))
+        name = short_model(gpu.info.name)
+        models[name] = models.get(name, 0) + 1
+        s = gpu.sample
+        if s is not None:
+            util = as_float(s.utilization_gpu_percent)
+            if util is not None:
+                utils.append(util)
+            mem_used += as_int(s.memory_used_bytes) or 0
+        mem_total += as_int(gpu.info.memory_total_bytes) or 0
+        if view.sample is not None and gpu_busy(gpu):
+            busy += 1
+        processes += len(gpu.processes)
+    model_text = ", ".join(f"{n}x {m}" for m, n in sorted(models.items()))
+    words = [view.name, view.owner or "", model_text, view.state, view.address]
+    for c in cells:
+        words.extend(c.tenants)
+        words.extend(c.users)
+        if c.owner:
+            words.append(c.owner)
+        if c.profile:
+            words.append(c.profile)
+    return NodeRow(
+        name=view.name,
+        address=view.address,
+        state=view.state,
+        reason=view.reason,
+        since=view.since,
+        last_seen=view.last_seen,
+        owner=view.owner,
+        models=model_text,
+        cells=tuple(cells),
+        gpus=len(gpus),
+        busy=busy,
+        util=sum(utils) / len(utils) if utils else None,
+        memory_used=mem_used,
+        memory_total=mem_total,
+        processes=processes,
+        search=" ".join(dict.fromkeys(w for w in words if w)),
+    )
+
+
+class RowCache:
+    """Node rows by node, reused while a node's view object is unchanged (the collector makes a new
+    view for every sample or state change, so identity is enough)."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[NodeView, Ownership, NodeRow]] = {}
+
+    def rows(self, snapshot: FleetSnapshot, ownership: Ownership) -> tuple[NodeRow, ...]:
+        out = []
+        fresh: dict[str, tuple[NodeView, Ownership, NodeRow]] = {}
+        for view in snapshot.nodes:
+            hit = self._rows.get(view.name)
+            if hit is not None and hit[0] is view and hit[1] is ownership:
+                row = hit[2]
+            else:
+                row = node_row(view, ownership)
+            fresh[view.name] = (view, ownership, row)
+            out.append(row)
+        self._rows = fresh
+        return tuple(out)
+
+
+def node_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[NodeRow, ...]:
+    return tuple(node_row(v, ownership) for v in snapshot.nodes)
+
+
+_STATE_RANK = {UNREACHABLE: 0, STALE: 1, CONNECTING: 2, LIVE: 3}
+
+
+def _none_last(value: float | None) -> float:
+    return float("-inf") if value is None else value
+
+
+# Fleet and nodes sort keys: name -> (key function, descending by default)
+NODE_SORTS: dict[str, tuple[Callable[[NodeRow, float], object], bool]] = {
+    "name": (lambda r, now: r.name, False),
+    "state": (lambda r, now: (_STATE_RANK.get(r.state, 9), r.name), False),
+    "age": (lambda r, now: _none_last(r.age(now)) if r.state != CONNECTING else float("-inf"), True),
+    "owner": (lambda r, now: (r.owner or "~", r.name), False),
+    "gpus": (lambda r, now: r.gpus, True),
+    "util": (lambda r, now: _none_last(r.util), True),
+    "memory": (lambda r, now: _none_last(r.memory), True),
+    "idle": (lambda r, now: r.idle, True),
+    "processes": (lambda r, now: r.processes, True),
+}
+
+
+def sort_rows(rows: Iterable[NodeRow], key: str, now: float, reverse: bool = False) -> list[NodeRow]:
+    """Rows by a NODE_SORTS key in its natural direction (figures largest first), `reverse` flips it.
+    Ties keep name order."""
+    fn, descending = NODE_SORTS[key]
+    ordered = sorted(rows, key=lambda r: r.name)
+    return sorted(ordered, key=lambda r: fn(r, now), reverse=descending != reverse)  # type: ignore[arg-type,return-value]
+
+
+def filter_rows(rows: Iterable[NodeRow], flt: Filter | None) -> list[NodeRow]:
+    return [r for r in rows if flt is None or flt.matches(r.search)]
+
+
+# ---- the CLI's per-node summary -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """One node as `gpuops fleet` and the status lines print it."""
+
+    name: str
+    state: str
+    reason: str
+    age: float | None
+    owner: str | None
+    gpus: int
+    models: str
+    busy: int
+    utilization_percent: float | None  # mean over GPUs that report it
+    memory_used_bytes: int
+    memory_total_bytes: int
+    processes: int
+
+
+def node_summary(view: NodeView, now: float) -> NodeSummary:
+    gpus = view.sample.gpus if view.sample else (view.inventory.gpus if view.inventory else ())
+    models: dict[str, int] = {}
+    for gpu in gpus:
+        models[gpu.info.name] = models.get(gpu.info.name, 0) + 1
+    utils = [
+        float(g.sample.utilization_gpu_percent)
+        for g in gpus
+        if g.sample is not None and not isinstance(g.sample.utilization_gpu_percent, NotAvailable)
+    ]
+    return NodeSummary(
+        name=view.name,
+        state=view.state,
+        reason=view.reason,
+        age=view.age(now),
+        owner=view.owner,
+        gpus=len(gpus),
+        models=", ".join(f"{n}x {short_model(m)}" for m, n in sorted(models.items())),
+        busy=sum(1 for g in gpus if gpu_busy(g)) if view.sample else 0,
+        utilization_percent=sum(utils) / len(utils) if utils else None,
+        memory_used_bytes=sum(as_int(g.sample.memory_used_bytes) or 0 for g in gpus if g.sample),
+        memory_total_bytes=sum(as_int(g.info.memory_total_bytes) or 0 for g in gpus),
+        processes=sum(len(g.processes) for g in gpus),
+    )

@@ -1,0 +1,84 @@
+"""Node rows, cells and the grid's groups (gpuops.views.nodes, cells, grid) on the simulated silos fleet."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuops.fleet.collector import UNREACHABLE
+from gpuops.fleet.simsource import SimSource
+from gpuops.tenancy.ownership import Ownership
+from gpuops.views.cells import FREE, SLICE
+from gpuops.views.filter import parse_filter
+from gpuops.views.grid import BY_NODE, BY_TEAM, group_rows
+from gpuops.views.nodes import node_rows, sort_rows
+from gpuops.views.tenants import tenant_rows
+from tests.tui.conftest import Clock
+
+
+def test_rows_and_cells(source: SimSource, clock: Clock) -> None:
+    rows = {r.name: r for r in node_rows(source.snapshot(clock()), Ownership.from_sim_plan(source.plan))}
+    platform = rows["sim-platform-01"]
+    assert platform.gpus == 4 and all(c.kind in (SLICE, FREE) for c in platform.cells)
+    # Two GPUs with 3g+2g+1g+1g and two with seven 1g slices: 22 cells.
+    assert len(platform.cells) == 22
+    assert {c.profile for c in platform.cells} == {"3g.40gb", "2g.20gb", "1g.10gb"}
+    used = [c for c in platform.cells if c.busy]
+    assert used and all(c.tenants and c.util is None for c in used)
+    robotics = rows["sim-robotics-01"]
+    assert robotics.busy == 0 and robotics.idle == 8 and all(c.util == 0 for c in robotics.cells)
+    assert "judy" not in robotics.search and "robotics" in robotics.search
+
+
+def test_groups_filters_and_sorting(source: SimSource, clock: Clock) -> None:
+    rows = node_rows(source.snapshot(clock()), Ownership.from_sim_plan(source.plan))
+    groups = group_rows(rows, BY_TEAM, now=clock())
+    assert [g.team for g in groups] == sorted(g.team for g in groups)
+    vision = next(g for g in groups if g.team == "vision")
+    assert [r.name for r in vision.rows] == ["sim-vision-01", "sim-vision-02"]
+    assert vision.totals.gpus == 16 and vision.totals.busy == 16
+    (flat,) = group_rows(rows, BY_NODE, "util", now=clock())
+    assert flat.team == "" and len(flat.rows) == 8
+    utils = [r.util for r in flat.rows if r.util is not None]
+    assert utils == sorted(utils, reverse=True)
+    # A filter matches names, owners, tenants and users; "!" inverts it.
+    only = group_rows(rows, BY_TEAM, flt=parse_filter("vision"), now=clock())
+    assert {g.team for g in only} >= {"vision"}
+    assert all(g.team == "vision" or "vision" in " ".join(r.search for r in g.rows) for g in only)
+    hidden = group_rows(rows, BY_TEAM, flt=parse_filter("!vision|platform"), now=clock())
+    assert {g.team for g in hidden}.isdisjoint({"vision", "platform"})
+    assert [g.team for g in group_rows(rows, BY_TEAM, flt=parse_filter("JUDY|robotics"), now=clock())] == [
+        "robotics"
+    ]
+    # Unreachable first when sorting by state.
+    source.set_state("sim-speech-01", UNREACHABLE, "connection refused")
+    rows = node_rows(source.snapshot(clock()), Ownership.from_sim_plan(source.plan))
+    assert sort_rows(rows, "state", clock())[0].name == "sim-speech-01"
+    assert sort_rows(rows, "state", clock(), reverse=True)[-1].name == "sim-speech-01"
+
+
+def test_a_node_split_between_teams_appears_under_each(source: SimSource, clock: Clock) -> None:
+    base = Ownership.from_sim_plan(source.plan)
+    assert base.gpu_owner_of is not None
+    owner_of = base.gpu_owner_of
+
+    def owner(node: str, index: int) -> str | None:
+        return "speech" if node == "sim-vision-01" and index >= 6 else owner_of(node, index)
+
+    split = Ownership(base.teams, owner, base.team_of_user)
+    groups = {g.team: g for g in group_rows(node_rows(source.snapshot(clock()), split), BY_TEAM, now=clock())}
+    in_speech = next(r for r in groups["speech"].rows if r.name == "sim-vision-01")
+    in_vision = next(r for r in groups["vision"].rows if r.name == "sim-vision-01")
+    assert (in_speech.gpus, in_vision.gpus) == (2, 6)
+    assert {c.gpu for c in in_speech.cells} == {6, 7}
+
+
+def test_team_header_and_chip_agree_on_idle_mig_slices(source: SimSource, clock: Clock) -> None:
+    """platform's 4 MIG GPUs all have a busy slice (4 busy GPUs in the group header), and idle
+    slices worth what its chip counts idle: the header says so."""
+    snapshot, ownership = source.snapshot(clock()), Ownership.from_sim_plan(source.plan)
+    groups = {g.team: g for g in group_rows(node_rows(snapshot, ownership), BY_TEAM)}
+    platform = groups["platform"].totals
+    assert (platform.gpus, platform.busy, platform.idle) == (4, 4, 0)
+    chip = {r.team: r for r in tenant_rows(source.snapshot(clock()), ownership)}["platform"]
+    assert platform.slices_idle == pytest.approx(chip.idle) and chip.idle > 1
+    assert groups["robotics"].totals.slices_idle == 0  # whole GPUs: their idle ones are counted idle
