@@ -1,4 +1,5 @@
-"""`gpuops agent --stdio`: the node agent, for nodes where gpuops is installed."""
+"""`gpuops agent --stdio | --record | --metrics ADDRESS`: the node agent, for nodes where gpuops is
+installed."""
 
 from __future__ import annotations
 
@@ -40,16 +41,61 @@ def register(app: typer.Typer) -> None:
         record_interval: float = typer.Option(
             10.0, "--record-interval", help="Seconds between samples with --record."
         ),
+        metrics: str | None = typer.Option(
+            None,
+            "--metrics",
+            metavar="ADDRESS",
+            help="Serve Prometheus /metrics on ADDRESS (default port 9835, e.g. 127.0.0.1:9835), "
+            "alone or with --record.",
+        ),
+        interval: float | None = typer.Option(
+            None, "--interval", help="Seconds between samples with --metrics (default 1)."
+        ),
+        process_metrics: str | None = typer.Option(
+            None,
+            "--process-metrics",
+            metavar="top:N",
+            help="With --metrics: series for the N processes holding the most GPU memory.",
+        ),
     ) -> None:
         """Serve the node agent protocol (used by the fleet over SSH, or by hand for debugging)."""
         from gpuops.node.main import run_agent
 
+        if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            fail(f"--log-level must be DEBUG, INFO, WARNING or ERROR, not {log_level!r}", code=2)
+        if metrics is not None:
+            if stdio:
+                fail(
+                    "--metrics is a service of its own: give it alone or with --record, not with --stdio",
+                    code=2,
+                )
+            from gpuops.node.exporter import DEFAULT_INTERVAL, run_exporter
+
+            raise typer.Exit(
+                run_exporter(
+                    metrics,
+                    backend,
+                    str(sim_spec) if sim_spec else None,
+                    interval if interval is not None else DEFAULT_INTERVAL,
+                    process_metrics,
+                    log_level.upper(),
+                    str(state_dir) if state_dir else None,
+                    str(limiter_dir) if limiter_dir else None,
+                    str(mps_control) if mps_control else None,
+                    str(history_dir) if history_dir else None,
+                    record=record,
+                )
+            )
+        if interval is not None or process_metrics is not None:
+            fail("--interval and --process-metrics go with --metrics", code=2)
         if stdio and record:
             fail("give one of --stdio (serve the protocol) or --record (keep history), not both", code=2)
         if not stdio and not record:
-            fail("the agent speaks over stdin/stdout (--stdio) or keeps history (--record): add one", code=2)
-        if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            fail(f"--log-level must be DEBUG, INFO, WARNING or ERROR, not {log_level!r}", code=2)
+            fail(
+                "the agent speaks over stdin/stdout (--stdio), keeps history (--record) or serves "
+                "metrics (--metrics ADDRESS): add one",
+                code=2,
+            )
         spec = str(sim_spec) if sim_spec else None
         if record:
             from gpuops.node.main import record as record_history

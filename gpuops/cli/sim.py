@@ -1,7 +1,7 @@
 """`gpuops sim`: a simulated GPU fleet on this machine — real SSH servers on 127.0.0.1.
 
 gpuops sim up [--nodes N] [--scenario silos|large] [--dir DIR] [--seed S]   start it in the background
-gpuops sim status [--dir DIR]                                               is it running, and what
+gpuops sim status [--dir DIR] [--json]                                      is it running, and where
 gpuops sim down [--dir DIR]                                                 stop it (idempotent)
 gpuops sim queue [--dir DIR] [--json]                                       the queued work and where it runs
 
@@ -143,6 +143,11 @@ def down(
 @sim_app.command("status")
 def status(
     directory: Path | None = typer.Option(None, "--dir", help="The fleet's directory (as given to sim up)."),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="One JSON document: state, fleet.yaml, and each node's SSH port and metrics_url.",
+    ),
 ) -> None:
     """Whether a simulated fleet runs, and what it serves (exit 1 when none runs)."""
     from gpuops.fleet.simfleet import read_state, running_pid
@@ -150,15 +155,58 @@ def status(
     where = _dir(directory)
     pid = running_pid(where)
     if pid is None:
-        typer.echo(f"no simulated fleet runs in {where}")
+        if as_json:
+            _echo_json({"state": "stopped", "dir": str(where), "pid": None, "nodes": []})
+        else:
+            typer.echo(f"no simulated fleet runs in {where}")
         raise typer.Exit(1)
     state = read_state(where)
     if pid == 0 or state is None or state.get("pid") != pid:
-        typer.echo(f"a simulated fleet is starting in {where}")
+        if as_json:
+            _echo_json({"state": "starting", "dir": str(where), "pid": pid or None, "nodes": []})
+        else:
+            typer.echo(f"a simulated fleet is starting in {where}")
+        return
+    if as_json:
+        _echo_json(status_document(state, where))
         return
     typer.echo(f"sim fleet running (pid {pid})")
     for line in _describe(state, where):
         typer.echo(line)
+
+
+def _echo_json(doc: dict[str, Any]) -> None:
+    import json
+
+    typer.echo(json.dumps(doc, indent=1))
+
+
+def status_document(state: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """`sim status --json` of a running fleet: where each node's SSH server and exporter listen."""
+    host = str(state.get("host", "127.0.0.1"))
+    nodes = []
+    for n in state.get("nodes") or []:
+        metrics_port = n.get("metrics_port")
+        nodes.append(
+            {
+                "name": n.get("name"),
+                "host": host,
+                "port": n.get("port"),
+                "metrics_url": f"http://{host}:{metrics_port}/metrics" if metrics_port else None,
+                "owner": n.get("owner"),
+                "gpus": n.get("gpus"),
+                "profile": n.get("profile"),
+            }
+        )
+    return {
+        "state": "running",
+        "dir": str(directory),
+        "pid": state.get("pid"),
+        "scenario": state.get("scenario"),
+        "seed": state.get("seed"),
+        "fleet": state.get("fleet"),
+        "nodes": nodes,
+    }
 
 
 @sim_app.command("queue")

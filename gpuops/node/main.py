@@ -112,12 +112,52 @@ def main(argv: Optional[List[str]] = None) -> int:
         help="nvidia-cuda-mps-control to run (default: the backend's: nvml runs the one on PATH, "
         "sim keeps MPS in memory)",
     )
+    agent.add_argument(
+        "--metrics",
+        default=None,
+        metavar="ADDRESS",
+        help="serve Prometheus /metrics on ADDRESS (127.0.0.1:9835; needs prometheus-client), "
+        "alone or with --record",
+    )
+    agent.add_argument(
+        "--interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between samples with --metrics (default: 1)",
+    )
+    agent.add_argument(
+        "--process-metrics",
+        default=None,
+        metavar="top:N",
+        help="with --metrics: series for the N processes holding the most GPU memory",
+    )
     args = parser.parse_args(argv)
     if args.command != "agent":
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if args.metrics is not None:
+        if args.stdio:
+            agent.error("--metrics is a service of its own: give it alone or with --record, not with --stdio")
+        from gpuops.node.exporter import DEFAULT_INTERVAL, run_exporter
+
+        return run_exporter(
+            args.metrics,
+            args.backend,
+            args.sim_spec,
+            args.interval if args.interval is not None else DEFAULT_INTERVAL,
+            args.process_metrics,
+            args.log_level,
+            args.state_dir,
+            args.limiter_dir,
+            args.mps_control,
+            args.history_dir,
+            record=args.record,
+        )
+    if args.interval is not None or args.process_metrics is not None:
+        agent.error("--interval and --process-metrics go with --metrics")
     if args.stdio == args.record:
-        agent.error("give one of --stdio (serve the protocol) or --record (keep history)")
+        agent.error("give one of --stdio (serve the protocol), --record (keep history) or --metrics ADDRESS")
     if args.record:
         return record(
             args.backend,

@@ -11,7 +11,7 @@ Files in DIR (mode 0700):
 | `fleet.yaml` | the inventory: one node per simulated node, `agent: {mode: installed, backend: sim}` |
 | `known_hosts` | the sim fleet's host key for every node's `[127.0.0.1]:port` |
 | `id_ed25519`, `id_ed25519.pub` | the client key, the only one the nodes accept (0600) |
-| `simfleet.json` | what runs: pid, scenario, seed, epoch, teams, nodes with ports and queued work |
+| `simfleet.json` | what runs: pid, scenario, seed, epoch, teams, nodes (SSH and metrics ports, queued work) |
 | `demand.json` | the queued work: where each job runs, what is done, per team (demand.py) |
 | `simfleet.log` | the process's log (and its stdout/stderr when started by `launch`) |
 | `simfleet.lock` | held (flock) by the running process: at most one fleet per DIR |
@@ -45,6 +45,7 @@ import asyncssh
 
 from gpuops.core.atomic_file import atomic_write
 from gpuops.fleet.simfleet.demand import DEFAULT_SPEED, Demand
+from gpuops.fleet.simfleet.exporters import SimExporters
 from gpuops.fleet.simfleet.history import SimHistory
 from gpuops.fleet.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
 from gpuops.fleet.simfleet.server import SimFleetServer
@@ -171,7 +172,14 @@ def fleet_yaml_text(document: dict[str, Any], plan: SimFleetPlan, path: Path) ->
     return text
 
 
-def state_document(plan: SimFleetPlan, ports: dict[str, int], paths: SimPaths, user: str) -> dict[str, Any]:
+def state_document(
+    plan: SimFleetPlan,
+    ports: dict[str, int],
+    paths: SimPaths,
+    user: str,
+    metrics_ports: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    metrics_ports = metrics_ports or {}
     return {
         "version": STATE_VERSION,
         "pid": os.getpid(),
@@ -187,6 +195,8 @@ def state_document(plan: SimFleetPlan, ports: dict[str, int], paths: SimPaths, u
             {
                 "name": node.name,
                 "port": ports[node.name],
+                # The node's exporter (exporters.py), as `gpuops agent --metrics` on a real node.
+                "metrics_port": metrics_ports.get(node.name),
                 "owner": node.owner,
                 "profile": node.profile,
                 "gpus": node.gpu_count,
@@ -299,6 +309,12 @@ async def serve(
     client_key = asyncssh.generate_private_key("ssh-ed25519", comment="gpuops-sim-client")
     server = SimFleetServer(backends, host_key, client_key, user, host=HOST, state_dir=paths.dir / "state")
     ports = await server.start(base_port)
+    exporters = SimExporters(backends, server.state_dir, host=HOST)
+    try:
+        metrics_ports = await exporters.start()
+    except BaseException:
+        await server.close()
+        raise
     # Every node keeps history as `gpuops agent --record` would, and has a simulated past.
     history = SimHistory(
         [
@@ -320,7 +336,10 @@ async def serve(
         _write(paths.client_pub, client_key.export_public_key("openssh"), 0o644)
         _write(paths.known_hosts, known_hosts_text(port_list, host_key), 0o644)
         _write(paths.fleet, fleet_yaml_text(fleet_document(plan, ports, paths, user), plan, paths.fleet))
-        _write(paths.state, json.dumps(state_document(plan, ports, paths, user), indent=1) + "\n")
+        _write(
+            paths.state,
+            json.dumps(state_document(plan, ports, paths, user, metrics_ports), indent=1) + "\n",
+        )
         _write(paths.pid, f"{os.getpid()}\n")
         _write(paths.ready, f"{os.getpid()}\n")
         log.info(
@@ -349,6 +368,7 @@ async def serve(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        await exporters.close()
         await server.close()
         history.close()
         log.info("stopped")

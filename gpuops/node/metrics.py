@@ -1,0 +1,308 @@
+"""What one node's exporter says (docs/metrics.md): families built from the sampler's latest
+sample, the limiter's regions and the node's MPS daemons, handed to prometheus-client through a
+custom collector (`NodeCollector.collect`).
+
+Nothing here asks NVML: the sample is the one the agent's sampling loop took (node/sampler.py).
+The families are plain data (`Family`) so they can be built and checked without
+prometheus-client; the client is imported only inside `collect`, which runs only when the
+exporter serves (`gpuops agent --metrics`), so the zipapp pushed for agentless monitoring keeps
+working without it.
+
+Standard library only at module level; valid Python 3.8 (runs on GPU nodes).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from gpuops.core.model import Gpu, NodeSample, NotAvailable
+from gpuops.node.limiter import RegionSnapshot, gpu_shares, read_regions
+from gpuops.node.sampler import Latest
+
+log = logging.getLogger("gpuops.agent")
+
+MAX_PROCESS_SERIES = 10000  # `--process-metrics top:N`: N at most this
+# dcgm-exporter's labels (so its dashboards and joins keep working) plus gpuops' `node`.
+GPU_LABELS = ("gpu", "UUID", "device", "modelName", "pci_bus_id", "Hostname", "node")
+MIG_LABELS = ("gpu", "UUID", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID", "Hostname", "node")
+LIMITER_LABELS = ("gpu", "UUID", "Hostname", "node", "tenant")
+MPS_LABELS = ("gpu", "UUID", "Hostname", "node", "pipe_directory", "user")
+PROCESS_LABELS = ("gpu", "UUID", "Hostname", "node", "pid", "user", "tenant")
+
+
+@dataclass
+class Family:
+    """One metric family: name, type (gauge or counter), help, label names, and its samples."""
+
+    name: str
+    kind: str
+    help: str
+    labels: Tuple[str, ...]
+    samples: List[Tuple[Tuple[str, ...], float]] = field(default_factory=list)
+
+    def add(self, values: Sequence[str], value: float) -> None:
+        self.samples.append((tuple(values), float(value)))
+
+
+def parse_process_metrics(text: str) -> int:
+    """`top:N` -> N; ValueError with a message a person can act on."""
+    kind, sep, count = text.partition(":")
+    if kind != "top" or not sep or not count.isdigit() or not 1 <= int(count) <= MAX_PROCESS_SERIES:
+        raise ValueError(
+            "--process-metrics %r: give top:N, N from 1 to %d (the N processes holding the most "
+            "GPU memory)" % (text[:64], MAX_PROCESS_SERIES)
+        )
+    return int(count)
+
+
+def _number(value: object) -> Optional[float]:
+    if isinstance(value, NotAvailable) or value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+class NodeCollector:
+    """The node's families at each scrape.
+
+    `latest`: the sampler's latest sample. `node`: the `node` label (the host name unless told).
+    `limiter_dir`: where the limiter's regions are (None: no limiter series). `mps`: the node's
+    MPS daemons as the agent's `config` request lists them (None: no MPS series).
+    `process_top`: per-process series for the N processes holding the most GPU memory (0: none).
+    """
+
+    def __init__(
+        self,
+        latest: Callable[[], Latest],
+        node: str = "",
+        driver_version: str = "",
+        limiter_dir: Optional[str] = None,
+        mps: Optional[Callable[[], List[Dict[str, Any]]]] = None,
+        process_top: int = 0,
+    ) -> None:
+        self.latest = latest
+        self.node = node
+        self.driver_version = driver_version
+        self.limiter_dir = limiter_dir
+        self.mps = mps
+        self.process_top = process_top
+        # Each region's reading at the previous scrape: the achieved share is measured between
+        # two scrapes, so it covers exactly the interval Prometheus stores it for.
+        self._regions_before: Dict[str, RegionSnapshot] = {}
+
+    # ---- prometheus-client's side --------------------------------------------------------------
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        for fam in self.families():
+            kinds = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
+            metric = kinds[fam.kind](fam.name, fam.help, labels=list(fam.labels))
+            for values, value in fam.samples:
+                metric.add_metric(list(values), value)
+            yield metric
+
+    # ---- the families --------------------------------------------------------------------------
+
+    def families(self) -> List[Family]:
+        latest = self.latest()
+        sample = latest.sample
+        hostname = sample.hostname if sample is not None else ""
+        node = self.node or hostname
+        up = Family(
+            "gpuops_node_up",
+            "gauge",
+            "1 when the agent's last sample of this node succeeded, 0 when it failed",
+            ("Hostname", "node"),
+        )
+        up.add((hostname, node), 0.0 if latest.error or sample is None else 1.0)
+        out = [up]
+        if sample is None:
+            return out
+        taken = Family(
+            "gpuops_node_sample_timestamp_seconds",
+            "gauge",
+            "When the node took the sample these figures come from (seconds since the epoch)",
+            ("Hostname", "node"),
+        )
+        taken.add((hostname, node), sample.timestamp)
+        out.append(taken)
+        out += self._gpu_families(sample, node)
+        if self.limiter_dir is not None:
+            out += self._limiter_families(sample, node)
+        if self.mps is not None:
+            out += self._mps_families(sample, node)
+        if self.process_top:
+            out.append(self._process_family(sample, node))
+        return out
+
+    def _gpu_values(self, gpu: Gpu, hostname: str, node: str) -> Tuple[str, ...]:
+        info = gpu.info
+        return (
+            str(info.index),
+            info.uuid,
+            "nvidia%d" % info.index,
+            info.name,
+            info.pci_bus_id,
+            hostname,
+            node,
+        )
+
+    def _gpu_families(self, sample: NodeSample, node: str) -> List[Family]:
+        def gauge(name: str, what: str, labels: Tuple[str, ...] = GPU_LABELS) -> Family:
+            return Family(name, "gauge", what, labels)
+
+        info_f = gauge(
+            "gpuops_gpu_info",
+            "One per GPU, value 1: driver version and MIG mode as labels",
+            (*GPU_LABELS, "driver_version", "mig_mode"),
+        )
+        util = gauge("gpuops_gpu_utilization_ratio", "GPU utilization as NVML reports it (0..1)")
+        used = gauge("gpuops_gpu_memory_used_bytes", "GPU memory in use")
+        total = gauge("gpuops_gpu_memory_total_bytes", "GPU memory in all")
+        power = gauge("gpuops_gpu_power_watts", "Power draw")
+        temp = gauge("gpuops_gpu_temperature_celsius", "GPU temperature")
+        mig_used = gauge(
+            "gpuops_mig_instance_memory_used_bytes", "Memory in use in a MIG GPU instance", MIG_LABELS
+        )
+        for gpu in sample.gpus:
+            values = self._gpu_values(gpu, sample.hostname, node)
+            mode = "" if gpu.mig is None else "enabled" if gpu.mig.current else "disabled"
+            info_f.add((*values, self.driver_version, mode), 1.0)
+            s = gpu.sample
+            if s is not None:
+                for fam, value, scale in (
+                    (util, s.utilization_gpu_percent, 0.01),
+                    (used, s.memory_used_bytes, 1.0),
+                    (total, s.memory_total_bytes, 1.0),
+                    (power, s.power_watts, 1.0),
+                    (temp, s.temperature_celsius, 1.0),
+                ):
+                    number = _number(value)
+                    if number is not None:  # NOT_SUPPORTED and friends: no series, never a 0
+                        fam.add(values, round(number * scale, 9) if scale != 1.0 else number)
+            profiles = {gi.id: gi.profile_name for gi in gpu.mig.gpu_instances} if gpu.mig else {}
+            for mig in gpu.mig_samples:
+                number = _number(mig.memory_used_bytes)
+                if number is not None:
+                    mig_values = (
+                        *values[:4],
+                        profiles.get(mig.gpu_instance_id, ""),
+                        str(mig.gpu_instance_id),
+                        sample.hostname,
+                        node,
+                    )
+                    mig_used.add(mig_values, number)
+        return [info_f, util, used, total, power, temp, mig_used]
+
+    def _limiter_families(self, sample: NodeSample, node: str) -> List[Family]:
+        limit = Family(
+            "gpuops_limiter_memory_limit_bytes",
+            "gauge",
+            "A tenant's memory cap on a GPU, from the limiter's region (absent when uncapped)",
+            LIMITER_LABELS,
+        )
+        used = Family(
+            "gpuops_limiter_memory_used_bytes",
+            "gauge",
+            "GPU memory a tenant's live processes hold under the limiter",
+            LIMITER_LABELS,
+        )
+        target = Family(
+            "gpuops_limiter_compute_share_target_ratio",
+            "gauge",
+            "A tenant's compute share of a GPU as the tenant table sets it (0..1)",
+            (*LIMITER_LABELS, "policy"),
+        )
+        achieved = Family(
+            "gpuops_limiter_compute_share_ratio",
+            "gauge",
+            "The share of the GPU's time a tenant got since the previous scrape (0..1)",
+            LIMITER_LABELS,
+        )
+        index = {gpu.info.uuid: str(gpu.info.index) for gpu in sample.gpus}
+        seen: Dict[str, RegionSnapshot] = {}
+        for path, snap, error in read_regions(self.limiter_dir or ""):
+            if snap is None:
+                log.warning("limiter region %s: %s", path, error)
+                continue
+            seen[str(path)] = snap
+            before = self._regions_before.get(str(path))
+            shares = gpu_shares(before, snap) if before is not None else {}
+            for t in snap.tenants:
+                values = (index.get(snap.gpu_uuid, ""), snap.gpu_uuid, sample.hostname, node, t.name)
+                if t.memory_capped or t.memory_limit > 0:
+                    limit.add(values, t.memory_limit)
+                used.add(values, t.memory_used)
+                if t.compute_percent > 0:
+                    target.add((*values, t.policy), t.compute_percent / 100.0)
+                if t.name in shares:
+                    achieved.add(values, shares[t.name])
+        self._regions_before = seen  # a region that went away is forgotten with it
+        return [limit, used, target, achieved]
+
+    def _mps_families(self, sample: NodeSample, node: str) -> List[Family]:
+        fam = Family(
+            "gpuops_mps_active_thread_percentage",
+            "gauge",
+            "An MPS daemon's default active thread percentage (user empty), and each of its "
+            "servers' (by user)",
+            MPS_LABELS,
+        )
+        assert self.mps is not None
+        uuids = {gpu.info.index: gpu.info.uuid for gpu in sample.gpus}
+        try:
+            daemons = self.mps()
+        except Exception as exc:  # one failing MPS control must not cost the GPU series
+            log.warning("MPS state unreadable: %s", exc)
+            return [fam]
+        for d in daemons:
+            if not d.get("running"):
+                continue
+            gpu = d.get("gpu")
+            head = (
+                "" if gpu is None else str(gpu),
+                uuids.get(gpu, "") if isinstance(gpu, int) else "",
+                sample.hostname,
+                node,
+                str(d.get("pipe_directory") or ""),
+            )
+            default = _number(d.get("active_thread_percentage"))
+            if default is not None:
+                fam.add((*head, ""), default)
+            for server in d.get("servers") or []:
+                value = _number(server.get("active_thread_percentage"))
+                if value is not None:
+                    fam.add((*head, str(server.get("user") or server.get("uid") or "")), value)
+        return [fam]
+
+    def _process_family(self, sample: NodeSample, node: str) -> Family:
+        fam = Family(
+            "gpuops_process_gpu_memory_used_bytes",
+            "gauge",
+            "GPU memory of the processes holding the most (only with --process-metrics top:N)",
+            PROCESS_LABELS,
+        )
+        rows = []
+        for gpu in sample.gpus:
+            for p in gpu.processes:
+                number = _number(p.used_memory_bytes)
+                if number is not None:
+                    rows.append((number, gpu, p))
+        # Largest first, pid breaking ties: the same N series from one scrape to the next.
+        rows.sort(key=lambda r: (-r[0], r[2].pid, r[1].info.index))
+        for number, gpu, p in rows[: self.process_top]:
+            values = (
+                str(gpu.info.index),
+                gpu.info.uuid,
+                sample.hostname,
+                node,
+                str(p.pid),
+                p.user,
+                p.tenant or "",
+            )
+            fam.add(values, number)
+        return fam
