@@ -20,6 +20,7 @@ import asyncio
 import gzip
 import ipaddress
 import logging
+import os
 from typing import Any, Awaitable, Callable, Dict, Optional, Tuple
 
 log = logging.getLogger("gpuops.agent")
@@ -80,7 +81,9 @@ def parse_listen(text: str, option: str = "--metrics") -> Tuple[str, int]:
 def bind_error(host: str, port: int, exc: OSError, option: str = "--metrics") -> str:
     """One line for a failed bind: the address and the system's reason."""
     where = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
-    return "%s %s: cannot listen: %s" % (option, where, exc.strerror or exc)
+    # asyncio rewrites strerror into a sentence of its own: the system's words come from errno.
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return "%s %s: cannot listen: %s" % (option, where, reason)
 
 
 def prometheus_render(collector: Any) -> Render:
