@@ -17,6 +17,7 @@ import typing
 from typing import Any, Callable, Dict, List, Tuple, Type, TypeVar, Union
 
 from gpuops.core.model import Gpu, GpuSample, NodeSample, NotAvailable
+from gpuops.core.protocol import LimiterApplyReply, MigApplyReply, MigResult, MpsApplyReply, MpsResult
 
 T = TypeVar("T")
 
@@ -64,6 +65,37 @@ def to_json(value: Any) -> Any:
     if isinstance(value, float):
         return to_json(float(value))
     return value
+
+
+# ---- write-path replies (core/protocol.py) ---------------------------------------------------
+# The JSON is what agents sent before these types existed, key for key: a MIG result carries
+# `changed` and `stopped` when done, `code` and `message` when refused; an MPS result every key,
+# `clients` only when a refusal names some. `from_json` reads each back (absent keys: defaults).
+
+
+def mig_result_json(result: MigResult) -> Dict[str, Any]:
+    if result.ok:
+        return {"gpu": result.gpu, "changed": result.changed, "stopped": list(result.stopped), "ok": True}
+    return {"gpu": result.gpu, "ok": False, "code": result.code, "message": result.message}
+
+
+def mig_apply_reply_json(reply: MigApplyReply) -> Dict[str, Any]:
+    return {"results": [mig_result_json(r) for r in reply.results], "recovered": list(reply.recovered)}
+
+
+def mps_result_json(result: MpsResult) -> Dict[str, Any]:
+    out: Dict[str, Any] = to_json(result)
+    if not result.clients:
+        del out["clients"]
+    return out
+
+
+def mps_apply_reply_json(reply: MpsApplyReply) -> Dict[str, Any]:
+    return {"results": [mps_result_json(r) for r in reply.results]}
+
+
+def limiter_apply_reply_json(reply: LimiterApplyReply) -> Dict[str, Any]:
+    return {"generation": reply.generation, "changed": reply.changed, "directory": reply.directory}
 
 
 # ---- decoding --------------------------------------------------------------------------------

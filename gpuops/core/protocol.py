@@ -506,6 +506,72 @@ def limiter_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[LimiterTenant, ...],
     return out, expect, holder
 
 
+# ---- replies of the write path ----------------------------------------------------------------
+# Built by the node (node/agent.py, mig_apply.py, mps_apply.py), put on the wire by
+# core/codec.py (`mig_apply_reply_json`, ...) and rebuilt by the operator with `from_json`, which
+# checks every field and names the bad one (`MigApplyReply.results[1].gpu: expected an integer`).
+
+
+@dataclass(frozen=True)
+class MigResult:
+    """One GPU of a mig_apply reply: done (`changed`, the pids `stopped` first), or refused with
+    `code` (node/mig_apply.py ApplyError codes, or "journal") and `message`."""
+
+    gpu: int
+    ok: bool
+    changed: bool = False
+    stopped: Tuple[int, ...] = ()
+    code: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class MigApplyReply:
+    results: Tuple[MigResult, ...]
+    # What finishing the journals of an interrupted apply did (or refused) on other GPUs.
+    recovered: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MpsClient:
+    """An MPS client that a change would disrupt (in an `in_use` refusal)."""
+
+    pid: int
+    user: str
+    server: int  # the pid of the MPS server it is a client of
+
+
+@dataclass(frozen=True)
+class MpsResult:
+    """One device of an mps_apply reply: what was done (`actions`, `notes`, the client pids
+    `stopped`), or refused with `code` and `message` (docs/mps.md, Errors)."""
+
+    device: str
+    gpu: int
+    ok: bool = True
+    changed: bool = False
+    actions: Tuple[str, ...] = ()
+    notes: Tuple[str, ...] = ()
+    stopped: Tuple[int, ...] = ()
+    code: str = ""
+    message: str = ""
+    clients: Tuple[MpsClient, ...] = ()  # on the wire only when there are some
+
+
+@dataclass(frozen=True)
+class MpsApplyReply:
+    results: Tuple[MpsResult, ...]
+
+
+@dataclass(frozen=True)
+class LimiterApplyReply:
+    """The tenant table after a limiter_apply: its generation, whether it was rewritten, where."""
+
+    generation: int
+    changed: bool
+    directory: str
+
+
 # ---- history (core/history.py, node/history.py) ---------------------------------------------
 
 HISTORY_DEFAULT_SPAN = {"hour": 7 * 86400.0, "minute": 7200.0}  # seconds before `until`

@@ -301,12 +301,11 @@ class AgentClient:
 
     async def mig_apply(
         self, changes: list[dict[str, Any]], force: bool = False, holder: str = ""
-    ) -> dict[str, Any]:
+    ) -> proto.MigApplyReply:
         """Per-GPU MIG changes, each a transaction on the node (node/mig_apply.py)."""
         result = await self.request("mig_apply", {"changes": changes, "force": force, "holder": holder})
-        if not isinstance(result, dict) or not isinstance(result.get("results"), list):
-            raise AgentError(proto.INVALID_REQUEST, f"{self.name}: malformed mig_apply reply")
-        return result
+        reply: proto.MigApplyReply = self._decode(proto.MigApplyReply, result)
+        return reply
 
     async def history(
         self, resolution: str = "hour", since: float | None = None, until: float | None = None
@@ -428,21 +427,19 @@ class AgentClient:
 
     async def mps_apply(
         self, changes: list[dict[str, Any]], force: bool = False, holder: str = ""
-    ) -> dict[str, Any]:
+    ) -> proto.MpsApplyReply:
         """MPS wanted per device (GPU or MIG device), each a change of its own on the node."""
         result = await self.request("mps_apply", {"changes": changes, "force": force, "holder": holder})
-        if not isinstance(result, dict) or not isinstance(result.get("results"), list):
-            raise AgentError(proto.INVALID_REQUEST, f"{self.name}: malformed mps_apply reply")
-        return result
+        reply: proto.MpsApplyReply = self._decode(proto.MpsApplyReply, result)
+        return reply
 
     async def limiter_apply(
         self, tenants: list[dict[str, Any]], expect_generation: int | None = None, holder: str = ""
-    ) -> dict[str, Any]:
+    ) -> proto.LimiterApplyReply:
         """Replace the limiter's tenant table; AgentError("stale") when its generation is not
         `expect_generation` (None: do not check)."""
         result = await self.request(
             "limiter_apply", {"tenants": tenants, "expect_generation": expect_generation, "holder": holder}
         )
-        if not isinstance(result, dict) or not isinstance(result.get("changed"), bool):
-            raise AgentError(proto.INVALID_REQUEST, f"{self.name}: malformed limiter_apply reply")
-        return result
+        reply: proto.LimiterApplyReply = self._decode(proto.LimiterApplyReply, result)
+        return reply

@@ -31,7 +31,7 @@ from typing import (
 
 from gpuops import __version__
 from gpuops.core import protocol as proto
-from gpuops.core.codec import to_json
+from gpuops.core.codec import limiter_apply_reply_json, mig_apply_reply_json, mps_apply_reply_json, to_json
 from gpuops.core.delta import diff, sample_rows
 from gpuops.core.lines import READ_CHUNK, ByteReader, ByteWriter, LineSplitter, TooLarge
 from gpuops.node.backends.base import Backend, BackendError
@@ -318,11 +318,11 @@ class Agent:
         changes, force, holder = proto.mig_apply_args(request.args)
         backend = self._require_backend()
         result = await self._call(lambda: self._mig_apply(backend, changes, force, holder))
-        await self._send(proto.reply(request.id, result))
+        await self._send(proto.reply(request.id, mig_apply_reply_json(result)))
 
     def _mig_apply(
         self, backend: Backend, changes: Tuple[proto.MigChange, ...], force: bool, holder: str
-    ) -> Dict[str, Any]:
+    ) -> proto.MigApplyReply:
         """Under the node lock: first finish what a killed agent left, then each GPU's change,
         each a transaction of its own (one GPU refused does not stop the others)."""
         from gpuops.node.mig_apply import ApplyError, apply_layout, recover
@@ -342,11 +342,11 @@ class Agent:
             recovered = [n for n in recovery.notes if n not in recovery.refused.values()] + [
                 line for index, line in sorted(recovery.refused.items()) if index not in asked
             ]
-            results = []
+            results: List[proto.MigResult] = []
             for change in changes:
                 refused = recovery.refused.get(change.gpu)
                 if refused is not None:
-                    results.append({"gpu": change.gpu, "ok": False, "code": "journal", "message": refused})
+                    results.append(proto.MigResult(gpu=change.gpu, ok=False, code="journal", message=refused))
                     continue
                 expect = change.expect
                 restored = recovery.restored.get(change.gpu)
@@ -355,13 +355,16 @@ class Agent:
                     # undoing is the only change since, so the plan still holds from the old layout.
                     expect = restored[1]
                 try:
-                    done = apply_layout(
-                        backend, state, change.gpu, change.layout, expect, force, change.known_pids
+                    results.append(
+                        apply_layout(
+                            backend, state, change.gpu, change.layout, expect, force, change.known_pids
+                        )
                     )
-                    results.append(dict(done, ok=True))
                 except ApplyError as exc:
-                    results.append({"gpu": change.gpu, "ok": False, "code": exc.code, "message": exc.message})
-            return {"results": results, "recovered": recovered}
+                    results.append(
+                        proto.MigResult(gpu=change.gpu, ok=False, code=exc.code, message=exc.message)
+                    )
+            return proto.MigApplyReply(results=tuple(results), recovered=tuple(recovered))
         finally:
             NodeState.unlock(lock)
 
@@ -420,38 +423,34 @@ class Agent:
         changes, force, holder = proto.mps_apply_args(request.args)
         backend = self._require_backend()
         result = await self._call(lambda: self._mps_apply(backend, changes, force, holder))
-        await self._send(proto.reply(request.id, result))
+        await self._send(proto.reply(request.id, mps_apply_reply_json(result)))
 
     def _mps_apply(
         self, backend: Backend, changes: Tuple[proto.MpsChange, ...], force: bool, holder: str
-    ) -> Dict[str, Any]:
+    ) -> proto.MpsApplyReply:
         """Under the node lock, each device a change of its own (one refused does not stop
         the others)."""
-        from gpuops.node.mps_apply import MpsApplyError, MpsRecord, apply_mps, result
+        from gpuops.node.mps_apply import MpsApplyError, MpsRecord, apply_mps, refused
         from gpuops.node.state import NodeState
 
         control, why = self._mps_control()
         _state, lock = self._node_lock(holder)
         try:
             record = MpsRecord(self.state_dir)
-            results = []
+            results: List[proto.MpsResult] = []
             for change in changes:
                 try:
                     if control is None:
                         raise MpsApplyError("not_supported", why or "no MPS control on this node")
                     results.append(apply_mps(backend, control, record, change, force))
                 except MpsApplyError as exc:
-                    failed = result(change, ok=False, code=exc.code, message=exc.message)
-                    if exc.clients:
-                        failed["clients"] = exc.clients
-                    results.append(failed)
+                    results.append(refused(change, exc))
                 except BackendError as exc:
-                    results.append(result(change, ok=False, code="backend_error", message=str(exc)))
+                    results.append(refused(change, MpsApplyError("backend_error", str(exc))))
                 except OSError as exc:  # the state directory
-                    results.append(
-                        result(change, ok=False, code="state_error", message="%s: %s" % (exc.filename, exc))
-                    )
-            return {"results": results}
+                    error = MpsApplyError("state_error", "%s: %s" % (exc.filename, exc))
+                    results.append(refused(change, error))
+            return proto.MpsApplyReply(results=tuple(results))
         finally:
             NodeState.unlock(lock)
 
@@ -467,9 +466,9 @@ class Agent:
         ]
         format_table(specs, 0)  # every line valid, no tenant twice for the same GPUs (LimiterError)
         result = await self._call(lambda: self._limiter_apply(specs, expect, holder))
-        await self._send(proto.reply(request.id, result))
+        await self._send(proto.reply(request.id, limiter_apply_reply_json(result)))
 
-    def _limiter_apply(self, specs: List[Any], expect: Optional[int], holder: str) -> Dict[str, Any]:
+    def _limiter_apply(self, specs: List[Any], expect: Optional[int], holder: str) -> proto.LimiterApplyReply:
         """Under the node lock: refuse when the table is not the one the plan saw, leave an
         identical table alone, else replace it atomically with the next generation."""
         from gpuops.node.limiter import LimiterError, read_table, write_table
@@ -493,8 +492,14 @@ class Agent:
                     "the tenant table in %s is at generation %s, the plan saw %d"
                     % (self.limiter_dir, generation, expect),
                 )
-            if current is not None and [s.line() for s in current] == [s.line() for s in specs]:
-                return {"generation": generation, "changed": False, "directory": self.limiter_dir}
+            if (
+                current is not None
+                and generation is not None
+                and [s.line() for s in current] == [s.line() for s in specs]
+            ):
+                return proto.LimiterApplyReply(
+                    generation=generation, changed=False, directory=self.limiter_dir
+                )
             try:
                 _make_dir(self.limiter_dir)
                 # An unreadable table: write_table numbers the new one from the clock, so it
@@ -504,7 +509,7 @@ class Agent:
                 raise proto.ProtocolError(
                     proto.INTERNAL, "cannot write the tenant table in %s: %s" % (self.limiter_dir, exc)
                 ) from None
-            return {"generation": written, "changed": True, "directory": self.limiter_dir}
+            return proto.LimiterApplyReply(generation=written, changed=True, directory=self.limiter_dir)
         finally:
             NodeState.unlock(lock)
 

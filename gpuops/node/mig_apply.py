@@ -33,6 +33,7 @@ from gpuops.core.mig.layout import (
 )
 from gpuops.core.mig.placement import Placement, check_layout
 from gpuops.core.model import Gpu
+from gpuops.core.protocol import MigResult
 from gpuops.node.backends.base import Backend, BackendError
 from gpuops.node.state import NodeState
 
@@ -61,7 +62,7 @@ def apply_layout(
     expect: Optional[str] = None,
     force: bool = False,
     known_pids: Optional[Sequence[int]] = None,
-) -> Dict[str, Any]:
+) -> MigResult:
     """Make GPU `index` have `target`; returns what was done. Raises ApplyError."""
     target = target.normalized()
     gpu = _gpu(backend, index)
@@ -71,7 +72,7 @@ def apply_layout(
     if expect is not None and fingerprint(gpu) != expect:
         raise ApplyError("stale", "GPU %d changed since the plan was made (its MIG layout or mode)" % index)
     if old == target and gpu.mig is not None and gpu.mig.pending == gpu.mig.current:
-        return {"gpu": index, "changed": False, "stopped": []}
+        return MigResult(gpu=index, ok=True, changed=False)
     blocking = disrupted_processes(gpu, old, target)
     if known_pids is not None:
         # The plan was reviewed with its list of processes to stop: one started since would be
@@ -118,7 +119,7 @@ def apply_layout(
         state.end(gpu.info.uuid)
         raise ApplyError("rolled_back", "GPU %d: %s; its old layout is restored" % (index, reason)) from None
     state.end(gpu.info.uuid)
-    return {"gpu": index, "changed": True, "stopped": stopped}
+    return MigResult(gpu=index, ok=True, changed=True, stopped=tuple(stopped))
 
 
 def _transition(backend: Backend, index: int, target: MigLayout) -> None:

@@ -45,11 +45,11 @@ RECORD_VERSION = 1
 class MpsApplyError(Exception):
     """The device was not changed (or was put back); `code` says why."""
 
-    def __init__(self, code: str, message: str, clients: Optional[List[Dict[str, Any]]] = None) -> None:
+    def __init__(self, code: str, message: str, clients: Tuple[proto.MpsClient, ...] = ()) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
-        self.clients = clients or []
+        self.clients = clients
 
 
 @dataclass(frozen=True)
@@ -181,14 +181,14 @@ def wants(backend: Backend, change: proto.MpsChange) -> Tuple[Want, Dict[int, Tu
     return default, per_uid
 
 
-def _who(backend: Backend, daemon: MpsDaemon, servers: Optional[List[int]] = None) -> List[Dict[str, Any]]:
+def _who(backend: Backend, daemon: MpsDaemon, servers: Optional[List[int]] = None) -> List[proto.MpsClient]:
     out = []
     for server in daemon.servers:
         if servers is not None and server.pid not in servers:
             continue
         user = backend.user_name(server.uid) if server.uid is not None else "?"
         for client in server.clients:
-            out.append({"pid": client, "user": user, "server": server.pid})
+            out.append(proto.MpsClient(pid=client, user=user, server=server.pid))
     return out
 
 
@@ -262,14 +262,14 @@ class _Applier:
         if not clients:
             return
         if not self.force:
-            listed = ", ".join("pid %d (%s)" % (c["pid"], c["user"]) for c in clients)
+            listed = ", ".join("pid %d (%s)" % (c.pid, c.user) for c in clients)
             raise MpsApplyError(
                 "in_use",
                 "%s (GPU %d): %s would disrupt MPS clients %s; --force ends them"
                 % (self.change.device, self.change.gpu, why, listed),
-                clients,
+                tuple(clients),
             )
-        pids = [c["pid"] for c in clients]
+        pids = [c.pid for c in clients]
         try:
             left = self.backend.stop_processes(self.change.gpu, pids)
         except BackendError as exc:
@@ -363,7 +363,7 @@ class _Applier:
 
 def apply_mps(
     backend: Backend, control: MpsControl, record: MpsRecord, change: proto.MpsChange, force: bool = False
-) -> Dict[str, Any]:
+) -> proto.MpsResult:
     """Make one device's MPS what `change` wants; returns what was done. Raises MpsApplyError."""
     recorded_devices = record.load()
     if change.enabled or change.device not in recorded_devices:
@@ -413,30 +413,26 @@ def apply_mps(
     recorded = record.put(change.device, record_entry(change) if change.enabled else None)
     if recorded and not applier.actions:
         applier.actions.append("updated gpuops' record of %s" % change.device)
-    return result(
-        change,
+    return proto.MpsResult(
+        device=change.device,
+        gpu=change.gpu,
         changed=bool(applier.actions),
-        actions=applier.actions,
-        notes=applier.notes,
-        stopped=applier.stopped,
+        actions=tuple(applier.actions),
+        notes=tuple(applier.notes),
+        stopped=tuple(applier.stopped),
     )
 
 
-def result(change: proto.MpsChange, **fields: Any) -> Dict[str, Any]:
-    """One device's entry in an mps_apply reply; every entry has every key."""
-    out: Dict[str, Any] = {
-        "device": change.device,
-        "gpu": change.gpu,
-        "ok": True,
-        "changed": False,
-        "actions": [],
-        "notes": [],
-        "stopped": [],
-        "code": "",
-        "message": "",
-    }
-    out.update(fields)
-    return out
+def refused(change: proto.MpsChange, error: MpsApplyError) -> proto.MpsResult:
+    """One device's entry in an mps_apply reply when its change was not made."""
+    return proto.MpsResult(
+        device=change.device,
+        gpu=change.gpu,
+        ok=False,
+        code=error.code,
+        message=error.message,
+        clients=error.clients,
+    )
 
 
 def _move_away(applier: _Applier, record: MpsRecord) -> None:

@@ -186,14 +186,14 @@ class _NodeApply:
             for c in changes:
                 self._refuse(c["gpu"], f"MPS on {c['device']}: {exc.message}")
             return
-        for item in reply.get("results", []):
-            gpu = next((c["gpu"] for c in changes if c["device"] == item.get("device")), -1)
-            if item.get("ok"):
-                if item.get("changed"):
+        for item in reply.results:
+            gpu = next((c["gpu"] for c in changes if c["device"] == item.device), -1)
+            if item.ok:
+                if item.changed:
                     verb = "started/updated" if why == "" else why
-                    self.result.done.append(f"GPU {gpu}: MPS daemon on {item['device']} {verb}")
+                    self.result.done.append(f"GPU {gpu}: MPS daemon on {item.device} {verb}")
             else:
-                self._refuse(gpu, f"MPS on {item.get('device')}: {item.get('message') or item.get('code')}")
+                self._refuse(gpu, f"MPS on {item.device}: {item.message or item.code}")
 
     # -- MIG -------------------------------------------------------------------------------------
 
@@ -218,19 +218,17 @@ class _NodeApply:
             for c in changes:
                 self._refuse(c["gpu"], f"MIG: {exc.message}")
             return
-        for note in reply.get("recovered") or ():
+        for note in reply.recovered:
             self.result.done.append(f"recovered: {note}")
-        for item in reply["results"]:
-            index = item.get("gpu", -1)
-            if item.get("ok"):
-                if item.get("changed", True):
-                    stopped = item.get("stopped") or []
-                    text = f"GPU {index}: MIG layout applied"
-                    if stopped:
-                        text += " (stopped " + ", ".join(str(p) for p in stopped) + ")"
+        for item in reply.results:
+            if item.ok:
+                if item.changed:
+                    text = f"GPU {item.gpu}: MIG layout applied"
+                    if item.stopped:
+                        text += " (stopped " + ", ".join(str(p) for p in item.stopped) + ")"
                     self.result.done.append(text)
             else:
-                self._refuse(index, f"MIG {item.get('code')}: {item.get('message')}")
+                self._refuse(item.gpu, f"MIG {item.code}: {item.message}")
 
     # -- MPS -------------------------------------------------------------------------------------
 
@@ -291,10 +289,10 @@ class _NodeApply:
             for index in wanted:
                 self._refuse(index, f"limiter table: {exc.message}")
             return
-        if reply.get("changed"):
+        if reply.changed:
             for index in sorted(wanted):
                 self.result.done.append(
-                    f"GPU {index}: limiter tenant lines written (generation {reply.get('generation')})"
+                    f"GPU {index}: limiter tenant lines written (generation {reply.generation})"
                 )
 
     # -- verify ----------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ def test_each_gpu_is_its_own_transaction(tmp_path: Path) -> None:
     backend = SimBackend(_spec(), clock=lambda: 1_700_000_000.0)
     gpus = backend.sample().gpus
 
-    async def run() -> dict[str, Any]:
+    async def run() -> proto.MigApplyReply:
         client, serving, a_writer = await _client(backend, tmp_path / "state")
         try:
             return await client.mig_apply(
@@ -50,9 +50,9 @@ def test_each_gpu_is_its_own_transaction(tmp_path: Path) -> None:
             a_writer.close()
 
     result = asyncio.run(run())
-    first, second = result["results"]
-    assert first == {"gpu": 0, "ok": True, "changed": True, "stopped": []}
-    assert second["ok"] is False and second["code"] == "in_use" and "(alice)" in second["message"]
+    first, second = result.results
+    assert first == proto.MigResult(gpu=0, ok=True, changed=True, stopped=())
+    assert second.ok is False and second.code == "in_use" and "(alice)" in second.message
     assert layout_of(backend.sample().gpus[0]) == _layout(("7g.40gb", 0))
 
 

@@ -63,9 +63,9 @@ def _live(backend: SimBackend, index: int) -> MigLayout | None:
 
 def test_apply_then_nothing_to_do(backend: SimBackend, state: NodeState) -> None:
     target = _layout(("3g.20gb", 4), ("1g.5gb", 0), ("1g.5gb", 1), ("2g.10gb", 2))
-    assert apply_layout(backend, state, 0, target)["changed"] is True
+    assert apply_layout(backend, state, 0, target).changed is True
     assert _live(backend, 0) == target.normalized()
-    assert apply_layout(backend, state, 0, target)["changed"] is False
+    assert apply_layout(backend, state, 0, target).changed is False
     assert state.pending() == []
 
 
@@ -80,14 +80,14 @@ def test_processes_in_the_way_are_refused_with_pid_and_user(backend: SimBackend,
 
 def test_force_ends_them_and_proceeds(backend: SimBackend, state: NodeState) -> None:
     result = apply_layout(backend, state, 1, _layout(("7g.40gb", 0)), force=True)
-    assert result["changed"] is True and result["stopped"]
+    assert result.changed is True and result.stopped
     assert _live(backend, 1) == _layout(("7g.40gb", 0))
 
 
 def test_instances_kept_keep_their_processes(backend: SimBackend, state: NodeState) -> None:
     # The busy 3g.20gb at 4 stays; only the idle 2g.10gb at 0 is replaced by two 1g.5gb.
     target = _layout(("3g.20gb", 4), ("1g.5gb", 0), ("1g.5gb", 1))
-    assert apply_layout(backend, state, 1, target)["changed"] is True
+    assert apply_layout(backend, state, 1, target).changed is True
     gpu = backend.sample().gpus[1]
     assert layout_of(gpu) == target.normalized()
     assert gpu.processes  # the workload on the kept instance still runs
@@ -123,7 +123,7 @@ def test_processes_the_plan_did_not_list_are_never_stopped(backend: SimBackend, 
     assert _live(backend, 1) == layout_of(gpu)
     # Listed (and one more that has ended since): forced, it proceeds.
     done = apply_layout(backend, state, 1, target, fingerprint(gpu), force=True, known_pids=[busy.pid, 99999])
-    assert done["stopped"] == [busy.pid] and _live(backend, 1) == target
+    assert done.stopped == (busy.pid,) and _live(backend, 1) == target
 
 
 class FailingCreates(SimBackend):

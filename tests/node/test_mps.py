@@ -287,8 +287,8 @@ def test_apply_starts_sets_defaults_and_tenant_servers_then_is_a_no_op(
         tenants=[{"name": "vision", "users": [ME], "active_thread_percentage": 30}],
     )
     done = apply_mps(backend, control, record, change)
-    assert done["changed"] is True
-    assert [a.split(" (")[0] for a in done["actions"]] == [
+    assert done.changed is True
+    assert [a.split(" (")[0] for a in done.actions] == [
         "started the MPS daemon",
         "set the default active thread percentage to 50",
         "set the default pinned memory limit to 2048 MiB",
@@ -306,7 +306,7 @@ def test_apply_starts_sets_defaults_and_tenant_servers_then_is_a_no_op(
     )
 
     again = apply_mps(backend, control, record, change)
-    assert (again["changed"], again["actions"]) == (False, [])
+    assert (again.changed, again.actions) == (False, ())
 
     (entry,) = live_config(backend.user_name, control, record)
     assert entry["device"] == uuid and entry["gpu"] == 0 and entry["managed"] is True
@@ -370,7 +370,7 @@ def test_mig_devices_get_a_daemon_each(dirs: Callable[[str], tuple[str, str]], t
         done = apply_mps(
             backend, control, record, _change(device, pipe, log, gpu=1, active_thread_percentage=40 + n)
         )
-        assert done["changed"] is True
+        assert done.changed is True
     assert sorted(control.devices().values()) == sorted(devices)
     assert set(record.load()) == set(devices)
     # Two devices cannot share a pipe directory.
@@ -406,7 +406,7 @@ def test_changes_that_would_disrupt_clients_are_refused_with_pids_and_users(
         apply_mps(backend, control, record, wanted)
     assert info.value.code == "in_use"
     assert f"pid {proc.pid} ({ME})" in info.value.message and "--force" in info.value.message
-    assert info.value.clients == [{"pid": proc.pid, "user": ME, "server": before.servers[0].pid}]
+    assert info.value.clients == (proto.MpsClient(pid=proc.pid, user=ME, server=before.servers[0].pid),)
     # Stopping MPS would end them too.
     with pytest.raises(MpsApplyError) as info:
         apply_mps(backend, control, record, _change(uuid, pipe, None, enabled=False))
@@ -418,7 +418,7 @@ def test_changes_that_would_disrupt_clients_are_refused_with_pids_and_users(
     done = apply_mps(
         backend, control, record, _change(uuid, pipe, log, active_thread_percentage=70, tenants=[tenant])
     )
-    assert done["changed"] is True and done["actions"] == ["set the default active thread percentage to 70"]
+    assert done.changed is True and list(done.actions) == ["set the default active thread percentage to 70"]
     after = control.read(pipe)
     assert after is not None and after.servers == before.servers
 
@@ -428,16 +428,16 @@ def test_changes_that_would_disrupt_clients_are_refused_with_pids_and_users(
     while control.read(pipe).clients() and time.monotonic() < deadline:  # type: ignore[union-attr]
         time.sleep(0.05)
     done = apply_mps(backend, control, record, wanted)
-    assert done["changed"] is True
-    assert done["actions"] == [
+    assert done.changed is True
+    assert list(done.actions) == [
         "set the default active thread percentage to 50",
         f"set the active thread percentage of server {before.servers[0].pid} to 20",
     ]
     # Disabled: the daemon ends and gpuops forgets the device.
     done = apply_mps(backend, control, record, _change(uuid, pipe, None, enabled=False))
-    assert done["changed"] is True and done["actions"] == [f"stopped the MPS daemon (pid {before.pid})"]
+    assert done.changed is True and list(done.actions) == [f"stopped the MPS daemon (pid {before.pid})"]
     assert control.daemon_pid(pipe) is None and record.load() == {}
-    assert apply_mps(backend, control, record, _change(uuid, pipe, None, enabled=False))["changed"] is False
+    assert apply_mps(backend, control, record, _change(uuid, pipe, None, enabled=False)).changed is False
 
 
 def test_a_removed_limit_restarts_an_idle_daemon(
@@ -452,7 +452,7 @@ def test_a_removed_limit_restarts_an_idle_daemon(
     first = control.daemon_pid(pipe)
     done = apply_mps(backend, control, record, _change(uuid, pipe, log))
     # MPS has no command that removes a limit: a fresh daemon has none.
-    assert done["changed"] is True and [a.split(" (")[0] for a in done["actions"]] == [
+    assert done.changed is True and [a.split(" (")[0] for a in done.actions] == [
         "stopped the MPS daemon",
         "started the MPS daemon",
     ]
@@ -489,8 +489,8 @@ def test_forced_changes_end_the_clients_and_restart_the_daemon(tmp_path: Path) -
     assert info.value.code == "in_use" and f"pid {proc.pid} (alice)" in info.value.message
 
     done = apply_mps(backend, control, record, wanted, force=True)
-    assert done["changed"] is True and done["stopped"] == [proc.pid]
-    assert [a.split(" (")[0] for a in done["actions"]] == [
+    assert done.changed is True and done.stopped == (proc.pid,)
+    assert [a.split(" (")[0] for a in done.actions] == [
         f"ended MPS clients {proc.pid}",
         "stopped the MPS daemon",
         "started the MPS daemon",
@@ -500,7 +500,7 @@ def test_forced_changes_end_the_clients_and_restart_the_daemon(tmp_path: Path) -
     assert backend.sample().gpus[0].processes == ()
     (server,) = control.read(pipe).servers  # type: ignore[union-attr]
     assert (server.uid, server.active_thread_percentage, server.clients) == (1001, 10.0, ())
-    assert apply_mps(backend, control, record, wanted, force=True)["changed"] is False
+    assert apply_mps(backend, control, record, wanted, force=True).changed is False
 
 
 def test_several_tenant_users_on_one_device_are_explained(tmp_path: Path) -> None:
@@ -518,8 +518,8 @@ def test_several_tenant_users_on_one_device_are_explained(tmp_path: Path) -> Non
         ],
     )
     done = apply_mps(backend, control, record, change)
-    assert done["changed"] is True and control.server_list(change.pipe_directory) == []
-    (note,) = done["notes"]
+    assert done.changed is True and control.server_list(change.pipe_directory) == []
+    (note,) = done.notes
     assert "one user's server at a time" in note
     # bob's server starts on demand with the defaults; the next apply gives it nlp's values.
     assert isinstance(control, InMemoryMpsControl)
@@ -528,4 +528,4 @@ def test_several_tenant_users_on_one_device_are_explained(tmp_path: Path) -> Non
     (server,) = control.server_list(change.pipe_directory)
     assert control.pinned_mem_limit(change.pipe_directory, server) is None
     done = apply_mps(backend, control, record, change)
-    assert done["actions"] == [f"set the pinned memory limit of server {server} to 1024 MiB"]
+    assert list(done.actions) == [f"set the pinned memory limit of server {server} to 1024 MiB"]

@@ -601,13 +601,13 @@ def test_agent_client_methods(node: dict[str, Path]) -> None:
         await client.start()
         try:
             done = await client.mps_apply([_device(node, uuid, active_thread_percentage=25)], holder="t")
-            assert done["results"][0]["ok"] is True
+            assert done.results[0].ok is True
             config = await client.config()
             (live,) = _managed(config)
             assert live["active_thread_percentage"] == 25 and live["running"] is True
-            assert (await client.limiter_apply([{"name": "a", "memory": GiB}], expect_generation=0))[
-                "generation"
-            ] == 1
+            assert (
+                await client.limiter_apply([{"name": "a", "memory": GiB}], expect_generation=0)
+            ).generation == 1
             with pytest.raises(AgentError) as info:
                 await client.limiter_apply([], expect_generation=0)
             assert info.value.code == proto.STALE
