@@ -53,7 +53,7 @@ def fleet_source(
     from gpuops.fleet.collector import Collector
     from gpuops.fleet.targets import node_targets
     from gpuops.tenancy.ownership import Ownership
-    from gpuops.tui.pool_source import FleetFileSource
+    from gpuops.tui.feed import FleetFileSource
 
     fleet = load_or_fail(fleet_file)
     every = parse_interval(interval, float(fleet.interval))
@@ -95,9 +95,9 @@ def local_source(interval: str | None, backend: str, sim_spec: str | None) -> Lo
 def run_tui(source: FleetSource, ownership: Ownership, readonly: bool) -> None:
     """Run the TUI until the user quits; SIGTERM and SIGHUP quit it cleanly too. A source made from
     a fleet.yaml (fleet_source) gives the Pool screen that file."""
+    from gpuops.tenancy.pool_change import PoolSource
     from gpuops.tui.app import GpuopsApp
-    from gpuops.tui.feed import Feed
-    from gpuops.tui.pool_source import FleetFileSource, PoolSource
+    from gpuops.tui.feed import Feed, FleetFileSource
 
     pool = PoolSource(source.fleet_file) if isinstance(source, FleetFileSource) else None
     app = GpuopsApp(Feed(source, ownership), readonly=readonly, handle_signals=True, tune_gc=True, pool=pool)

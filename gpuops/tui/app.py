@@ -35,7 +35,7 @@ from gpuops.tui.screens.tenants import TenantsScreen
 from gpuops.views.filter import FilterError, parse_filter
 
 if TYPE_CHECKING:
-    from gpuops.tui.pool_source import PoolSource
+    from gpuops.tenancy.pool_change import PoolSource
 
 VIEW_ALIASES = {
     "gpus": "gpus",

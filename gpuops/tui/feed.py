@@ -5,6 +5,7 @@ A *source* collects in the background (asyncio tasks on the TUI's event loop) an
 `snapshot()` at any time without waiting:
 
 - `CollectorSource`: fleet.yaml's nodes over SSH (`gpuops.fleet.collector.Collector`);
+  `FleetFileSource` remembers the file too, for the Pool screen;
 - `LocalSource`: this host's agent as a child process (`gpuops.fleet.local.local_agent`);
 - `gpuops.fleet.simsource.SimSource`: simulated nodes in this process (tests, benchmarks).
 
@@ -49,6 +50,8 @@ from gpuops.views.tenant_history import TenantHistory
 from gpuops.views.tenants import TenantRow, tenant_rows
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gpuops.spec import Fleet
 
 MIN_PERIOD = 0.25  # the screens redraw at most 4 times a second, whatever the sampling interval
@@ -107,6 +110,14 @@ class CollectorSource:
 
     async def wait_changed(self, timeout: float | None = None) -> bool:
         return await self.collector.wait_changed(timeout)
+
+
+class FleetFileSource(CollectorSource):
+    """fleet.yaml's nodes over SSH, remembering the file (the Pool screen rewrites it)."""
+
+    def __init__(self, collector: Collector, label: str, fleet_file: Path) -> None:
+        super().__init__(collector, label)
+        self.fleet_file = fleet_file
 
 
 class LocalSource:

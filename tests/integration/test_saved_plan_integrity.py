@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gpuops.fleet.simfleet import Launched, launch, stop
-from gpuops.tui.pool_source import write_fleet
+from gpuops.tenancy.pool_change import write_fleet
 from tests.integration.test_plan_apply import carve_file, discover, gpuops, mig_entry, mig_of
 
 pytestmark = pytest.mark.timeout(300)

@@ -6,7 +6,7 @@ loopback (7 days of history per node, recorded and served by each node's agent):
 of the idle robotics silo, move them into the pool, review the plan, confirm, and see the new
 layout — in the screen, in fleet.yaml and in the limiter table the node's agent reports — then
 move one back. --readonly refuses moving and applying. The steps below the screen
-(`gpuops.tui.pool_source`) are tested on a small fleet.yaml with hand-made evidence.
+(`gpuops.tenancy.pool_change`) are tested on a small fleet.yaml with hand-made evidence.
 """
 
 from __future__ import annotations
@@ -32,11 +32,7 @@ from gpuops.plan.apply import NodeResult
 from gpuops.plan.live import NodeLive, read_live
 from gpuops.spec import load_fleet, parse_fleet
 from gpuops.tenancy.accounting import Evidence, team_sides
-from gpuops.tenancy.rebalance import GpuRef, without
-from gpuops.tui.app import GpuopsApp
-from gpuops.tui.feed import Feed
-from gpuops.tui.keys import GLOBAL_KEYS
-from gpuops.tui.pool_source import (
+from gpuops.tenancy.pool_change import (
     DEFAULT_WINDOW,
     Applied,
     PoolError,
@@ -49,6 +45,10 @@ from gpuops.tui.pool_source import (
     pool_gpus,
     write_fleet,
 )
+from gpuops.tenancy.rebalance import GpuRef, without
+from gpuops.tui.app import GpuopsApp
+from gpuops.tui.feed import Feed
+from gpuops.tui.keys import GLOBAL_KEYS
 from gpuops.tui.screens.confirm import ConfirmScreen
 from gpuops.tui.screens.help import HelpScreen
 from gpuops.tui.screens.pool import PoolScreen
@@ -705,6 +705,21 @@ def test_taking_gpus_out_expands_a_selection_and_clears_their_lines(tmp_path: Pa
     assert selects == [{"nodes": "gpu-a-01", "gpus": "0-1,3"}, {"nodes": "gpu-a-02", "gpus": "0-1"}]
 
 
+def test_a_member_selection_that_needs_quotes_keeps_the_file(tmp_path: Path) -> None:
+    """`?pu-a-01` (a node glob) written bare inside `{...}` is not YAML: the edit quotes it, so
+    the file keeps its comments instead of being written anew."""
+    pooled = FLEET.replace(
+        "carve:\n", "pools:\n  shared:\n    gpus: [{nodes: '?pu-a-01', gpus: '0'}]\ncarve:\n"
+    )
+    view = view_of(pooled, BUSY, tmp_path)
+    draft = draft_moves(view, None, join=[("gpu-a-01", 1)])
+    assert {"nodes": "?pu-a-01", "gpus": "0"} in draft.data["pools"]["shared"]["gpus"]
+    text, preserved = fleet_text(view, draft)
+    assert preserved and "# our fleet: keep this comment" in text and "'?pu-a-01'" in text
+    again = parse_fleet(text, base_dir=tmp_path)
+    assert [again.pool_of("gpu-a-01", i) for i in range(4)] == ["shared", "shared", None, None]
+
+
 def test_wrong_moves_are_one_line_errors(tmp_path: Path) -> None:
     view = view_of(FLEET, BUSY, tmp_path)
     with pytest.raises(PoolError, match="not in pool shared"):
@@ -731,7 +746,7 @@ def test_write_fleet_keeps_a_backup_and_refuses_a_changed_file(tmp_path: Path) -
     backup = write_fleet(path, read, FLEET + "# new\n", NOW)
     assert backup.name == "fleet.yaml.bak-20260302-140000" and backup.read_bytes() == read
     assert path.read_text().endswith("# new\n") and (path.stat().st_mode & 0o777) == 0o640
-    assert not list(tmp_path.glob(".fleet.yaml.tmp-*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml", backup.name]  # no temporary left
     second = write_fleet(path, path.read_bytes(), FLEET, NOW)
     assert second.name == "fleet.yaml.bak-20260302-140000-2"
     with pytest.raises(PoolError, match="changed since it was read: nothing written or applied"):

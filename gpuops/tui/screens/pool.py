@@ -4,7 +4,7 @@ and its plan (what `gpuops plan` prints); apply it after confirmation, then see 
 
 The figures come from the nodes' history over a window (1h, 24h, 7d), not from the live feed;
 reading histories and plans takes seconds, so every step runs in a worker and the screen says
-what it is waiting for. The logic lives in `gpuops.tui.pool_source`; this module only draws and
+what it is waiting for. The logic lives in `gpuops.tenancy.pool_change`; this module only draws and
 dispatches keys. Moving and applying are refused under --readonly; the planner's proposal and
 its plan can still be looked at.
 """
@@ -27,11 +27,7 @@ from textual.widgets import Static
 from gpuops.core.model import NotAvailable
 from gpuops.tenancy.accounting import TeamSide
 from gpuops.tenancy.ownership import UNOWNED
-from gpuops.tenancy.rebalance import GpuKey, GpuRef
-from gpuops.tui import render
-from gpuops.tui.feed import FleetState
-from gpuops.tui.keys import TABLE_KEYS, Key
-from gpuops.tui.pool_source import (
+from gpuops.tenancy.pool_change import (
     DEFAULT_WINDOW,
     WINDOWS,
     Applied,
@@ -43,6 +39,10 @@ from gpuops.tui.pool_source import (
     Review,
     parse_key,
 )
+from gpuops.tenancy.rebalance import GpuKey, GpuRef
+from gpuops.tui import render
+from gpuops.tui.feed import FleetState
+from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.screens.confirm import ConfirmScreen
 from gpuops.tui.table import Cell, Column, LiveTable, Row

@@ -1,6 +1,6 @@
-"""What the Pool screen works on: the fleet's silos and a pool over a window of history, a change
-to the pool (GPUs moved in or out by hand, or the planner's proposal) as a new fleet.yaml, its
-plan, and applying it.
+"""A change to a pool, from evidence to applied: the fleet's silos and a pool over a window of
+history, a change to the pool (GPUs moved in or out by hand, or the planner's proposal) as a new
+fleet.yaml, its plan, and applying it. The Pool screen (tui/screens/pool.py) shows and drives it.
 
 Nothing here draws or knows Textual; the screen runs each step in a worker. Every step that reads
 nodes is a coroutine; the computing parts (evidence, the planner, YAML) run in a thread so that a
@@ -28,7 +28,6 @@ The steps, as `gpuops tenants`, `rebalance`, `plan` and `apply` do them:
 from __future__ import annotations
 
 import asyncio
-import io
 import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,14 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from gpuops.core.atomic_file import atomic_write
 from gpuops.core.history import History
 from gpuops.core.model import Gpu
 from gpuops.core.units import format_bytes, format_percent
-from gpuops.fleet.collector import Collector
 from gpuops.fleet.targets import node_targets
 from gpuops.plan.apply import CHANGED, PARTIAL, UNCHANGED, NodeResult, apply_fleet
 from gpuops.plan.diff import make_plan
@@ -52,6 +48,7 @@ from gpuops.plan.live import NodeLive, read_fleet
 from gpuops.plan.model import Plan, digest
 from gpuops.plan.render import plan_lines
 from gpuops.spec import Fleet, dump_fleet, fleet_from_data, load_fleet, parse_fleet
+from gpuops.spec.edit import EditError, set_pool
 from gpuops.spec.errors import SpecError
 from gpuops.tenancy.accounting import (
     Evidence,
@@ -74,7 +71,6 @@ from gpuops.tenancy.rebalance import (
     propose,
     proposed_fleet,
 )
-from gpuops.tui.feed import CollectorSource
 
 WINDOWS = ("1h", "24h", "7d")
 DEFAULT_WINDOW = "24h"
@@ -83,7 +79,7 @@ APPLY_PARALLEL = 10
 
 
 class PoolError(Exception):
-    """An expected failure of a Pool screen step; the message is one line for a person."""
+    """An expected failure of a step; the message is one line for a person."""
 
 
 def key_text(key: GpuKey) -> str:
@@ -95,15 +91,7 @@ def parse_key(text: str) -> GpuKey:
     return node, int(index)
 
 
-class FleetFileSource(CollectorSource):
-    """fleet.yaml's nodes over SSH, remembering the file (the Pool screen rewrites it)."""
-
-    def __init__(self, collector: Collector, label: str, fleet_file: Path) -> None:
-        super().__init__(collector, label)
-        self.fleet_file = fleet_file
-
-
-# ---- what the screen shows --------------------------------------------------------------------------
+# ---- what the Pool screen shows-----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -414,74 +402,17 @@ def _few(keys: Sequence[GpuKey]) -> str:
 # ---- fleet.yaml text -----------------------------------------------------------------------------------
 
 
-def _plain(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool))
-
-
-def _styled(value: Any) -> Any:
-    """Short mappings and lists of plain values on one line, as dump_fleet writes them."""
-    if isinstance(value, dict):
-        mapping = CommentedMap((k, _styled(v)) for k, v in value.items())
-        if not value or (all(_plain(v) for v in value.values()) and len(repr(value)) <= 72):
-            mapping.fa.set_flow_style()
-        return mapping
-    if isinstance(value, list):
-        seq = CommentedSeq(_styled(v) for v in value)
-        if not value or (all(_plain(v) for v in value) and len(repr(value)) <= 72):
-            seq.fa.set_flow_style()
-        return seq
-    return value
-
-
-def _yaml() -> YAML:
-    yaml = YAML(typ="rt", pure=True)
-    yaml.preserve_quotes = True
-    yaml.indent(mapping=2, sequence=4, offset=2)
-    yaml.width = 110
-    return yaml
-
-
-def _edited(original: str, pool: str, data: dict[str, Any]) -> str:
-    """The original text with `pools.<pool>` replaced and the carve entries marked `pool: <pool>`
-    replaced by the new ones; everything else (comments, order, other entries) as written."""
-    yaml = _yaml()
-    doc = yaml.load(original)
-    if not isinstance(doc, CommentedMap):
-        raise ValueError("not a mapping")
-    pools = doc.get("pools")
-    if not isinstance(pools, CommentedMap):
-        pools = CommentedMap()
-        doc["pools"] = pools
-    pools[pool] = _styled(data["pools"][pool])
-    written = doc.get("carve")
-    if written is not None and not isinstance(written, list):
-        raise ValueError("carve is not a list")
-    kept = [e for e in written or [] if not (isinstance(e, dict) and e.get("pool") == pool)]
-    wanted = list(data.get("carve", []))
-    # The pool's entries are new; every other entry is the written one, in its place among them
-    # (entries that clear given-back GPUs' lines come before the others).
-    if sum(1 for e in wanted if e.get("pool") != pool) != len(kept):
-        raise ValueError("carve entries do not line up")
-    others = iter(kept)
-    carve = CommentedSeq(_styled(e) if e.get("pool") == pool else next(others) for e in wanted)
-    if carve or written is not None:
-        doc["carve"] = carve
-    out = io.StringIO()
-    yaml.dump(doc, out)
-    return out.getvalue()
-
-
 def fleet_text(view: PoolView, draft: Draft) -> tuple[str, bool]:
     """The new fleet.yaml text, and whether it keeps the file's comments and layout: the file
     edited in place where that reads back as the draft's fleet, else the whole file written anew."""
     try:
-        text = _edited(view.data.decode("utf-8"), view.pool, draft.data)
+        text = set_pool(view.data.decode("utf-8"), view.pool, draft.data)
         parsed = parse_fleet(text, str(view.file), base_dir=view.file.parent)
         if dump_fleet(parsed) == dump_fleet(draft.fleet):
             return text, True
-    except (SpecError, ValueError, TypeError, KeyError, UnicodeDecodeError, AttributeError):
-        pass
-    except Exception:  # ruamel's own errors have no common base worth naming: fall back
+    except (EditError, SpecError, UnicodeDecodeError):
+        pass  # not editable in place, or the edit does not read back as the draft: written anew
+    except Exception:  # ruamel's emitter and representer errors have no common base: written anew
         pass
     comment = (
         f"Written by the gpuops TUI's Pool screen (pool {view.pool}); the previous file is kept as a backup"
@@ -670,7 +601,6 @@ __all__ = [
     "WINDOWS",
     "Applied",
     "Draft",
-    "FleetFileSource",
     "PoolError",
     "PoolGpu",
     "PoolSource",
