@@ -30,6 +30,8 @@ _COMMAND_MODULES = (
     "gpuops.cli.limiter",
     "gpuops.cli.plan",
     "gpuops.cli.tenants",
+    "gpuops.cli.inventory",
+    "gpuops.cli.exporter",
 )
 
 for _name in _COMMAND_MODULES:

@@ -38,13 +38,14 @@ class ListenError(ValueError):
     """A bad `--metrics` address; the message is one line for a person."""
 
 
-def parse_listen(text: str, option: str = "--metrics") -> Tuple[str, int]:
+def parse_listen(text: str, option: str = "--metrics", default_port: int = DEFAULT_PORT) -> Tuple[str, int]:
     """`HOST:PORT`, `[V6]:PORT`, `HOST` or `PORT` -> (host, port); the host defaults to
-    127.0.0.1 and the port to 9835. The host must be an IP address (or `localhost`): the address
-    to bind is said, never looked up."""
+    127.0.0.1 and the port to `default_port` (9835, the node exporter's; the fleet exporter's is
+    9836). The host must be an IP address (or `localhost`): the address to bind is said, never
+    looked up."""
     raw = text.strip()
     if not raw:
-        raise ListenError("%s: give an address to listen on, e.g. 127.0.0.1:%d" % (option, DEFAULT_PORT))
+        raise ListenError("%s: give an address to listen on, e.g. 127.0.0.1:%d" % (option, default_port))
     host, port_text = raw, ""
     if raw.startswith("["):
         end = raw.find("]")
@@ -70,7 +71,7 @@ def parse_listen(text: str, option: str = "--metrics") -> Tuple[str, int]:
     except ValueError:
         raise ListenError("%s %s: %r is not an IP address" % (option, text[:80], host[:64])) from None
     if port_text == "":
-        port = DEFAULT_PORT
+        port = default_port
     elif port_text.isdigit() and int(port_text) <= 65535:
         port = int(port_text)
     else:

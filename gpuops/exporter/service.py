@@ -1,0 +1,59 @@
+"""The running fleet exporter: the SSH collector on this thread's event loop, the HTTP listener
+on its own threads, until SIGTERM or SIGINT.
+
+The collector's state belongs to its event loop, so a scrape (on a listener thread) asks the loop
+for the snapshot and renders it on its own thread: the loop only copies the nodes' views, and
+keeps taking samples while a large fleet is rendered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry
+
+from gpuops.exporter.fleet_metrics import FleetMetrics
+from gpuops.fleet.collector import Collector, FleetSnapshot
+from gpuops.fleet.metrics_listen import bind_error, listen
+from gpuops.fleet.targets import node_targets
+from gpuops.spec import Fleet
+from gpuops.tenancy.ownership import Ownership
+
+SNAPSHOT_TIMEOUT = 10.0  # a scrape waits this long for the loop; Prometheus' own timeout is 10 s
+
+
+class ListenFailed(Exception):
+    """The address could not be bound; the message is one line for a person."""
+
+
+async def serve(fleet: Fleet, host: str, port: int, interval: float, ready: Callable[[str], None]) -> None:
+    """Collect the fleet and serve its metrics until SIGTERM or SIGINT. `ready(url)` is called once
+    the listener is bound. ListenFailed before any node is contacted when the address cannot be
+    bound."""
+    loop = asyncio.get_running_loop()
+    collector = Collector(node_targets(fleet), interval=interval, max_handshakes=fleet.max_handshakes)
+
+    async def on_loop() -> FleetSnapshot:
+        return collector.snapshot()
+
+    def snapshot() -> FleetSnapshot:
+        return asyncio.run_coroutine_threadsafe(on_loop(), loop).result(SNAPSHOT_TIMEOUT)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetMetrics(snapshot, Ownership.from_fleet(fleet)))
+    try:
+        listener = listen(registry, host, port)
+    except OSError as exc:
+        raise ListenFailed(bind_error(host, port, exc)) from None
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        collector.start()
+        ready(listener.url)
+        await stop.wait()
+    finally:
+        await asyncio.to_thread(listener.close)
+        await collector.stop()
