@@ -15,18 +15,17 @@ apply does (consecutive compute instances of one GI profile share an instance wh
 
 from __future__ import annotations
 
-import io
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from gpuops.core.mig.catalog import MODELS, NVIDIA_VENDOR_ID, model_for_pci_device_id
 from gpuops.spec.carve_entry import CI_LEVEL_RE, PROFILE_MODELS, MigSpec, profile_hint
 from gpuops.spec.desired import desired_mig
+from gpuops.spec.dump import dump_yaml, flow
 from gpuops.spec.errors import DataPath, SpecError, SpecIssue, show
 from gpuops.spec.mig_solve import place_compute_instances, solve_layout
 from gpuops.spec.selectors import SelectorError, format_gpu_indices, parse_selector
@@ -408,45 +407,17 @@ def _check_fits(r: _Reader, path: DataPath, layout: dict[str, Any], models: list
 
 
 def render_carve(imported: Imported, *, source: str) -> str:
-    """The entries as a `carve:` section to paste into fleet.yaml."""
-    yaml = YAML(typ="rt", pure=True)
-    yaml.indent(mapping=2, sequence=4, offset=2)
-    yaml.width = 110
+    """The entries as a `carve:` section to paste into fleet.yaml: each selection on one line, and
+    each MIG setting that is a mapping (profile counts, per-GPU-instance settings)."""
     seq = CommentedSeq()
     for entry in imported.entries:
-        item = CommentedMap()
-        select = CommentedMap(entry["select"])
-        if isinstance(select.get("gpus"), dict):
-            gpus = CommentedMap(select["gpus"])
-            gpus.fa.set_flow_style()
-            select["gpus"] = gpus
-        select.fa.set_flow_style()
-        item["select"] = select
-        mig = CommentedMap()
-        for key, value in entry["mig"].items():
-            if isinstance(value, dict):
-                inner = CommentedMap(
-                    (k, _flow_list(v)) if isinstance(v, list) else (k, v) for k, v in value.items()
-                )
-                inner.fa.set_flow_style()
-                mig[key] = inner
-            else:
-                mig[key] = value
-        item["mig"] = mig
-        seq.append(item)
-    out = io.StringIO()
-    out.write(
-        f"# imported from mig-parted config {source}, label {imported.label} (gpuops import mig-parted)\n"
+        mig = CommentedMap((k, flow(v) if isinstance(v, dict) else v) for k, v in entry["mig"].items())
+        seq.append(CommentedMap([("select", flow(entry["select"])), ("mig", mig)]))
+    comment = (
+        f"imported from mig-parted config {source}, label {imported.label} (gpuops import mig-parted)\n"
+        "a later entry overrides an earlier one on the GPUs both select, as in mig-parted"
     )
-    out.write("# a later entry overrides an earlier one on the GPUs both select, as in mig-parted\n")
-    yaml.dump({"carve": seq}, out)
-    return out.getvalue()
-
-
-def _flow_list(items: list[Any]) -> CommentedSeq:
-    seq = CommentedSeq(items)
-    seq.fa.set_flow_style()
-    return seq
+    return dump_yaml({"carve": seq}, comment=comment)
 
 
 __all__ = ["Imported", "read_mig_parted", "render_carve"]
