@@ -21,6 +21,7 @@ from gpuops.core.codec import to_json
 from gpuops.core.model import Gpu
 from gpuops.core.units import UnitError, format_duration, parse_duration
 from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, Collector, FleetSnapshot
+from gpuops.fleet.remote_agent import PUSHED
 from gpuops.fleet.ssh import run
 from gpuops.fleet.targets import node_targets
 from gpuops.spec import Fleet, SpecError, load_fleet
@@ -103,10 +104,12 @@ def nodes_table(snapshot: FleetSnapshot) -> Table:
     table = Table(title=title, title_justify="left")
     # The way to each node, when some are reached through jump hosts (ProxyJump, jump_host).
     via = any(v.route not in ("", "direct") for v in snapshot.nodes)
+    # Which agent each node runs, once some node runs its installed one rather than the zipapp.
+    agent = any(v.agent not in ("", PUSHED) for v in snapshot.nodes)
     columns = ("Node", "State", "Age", "Owner", "GPUs", "Busy", "Util", "Memory", "Procs", "Reason")
-    for column in (*columns, *(("Via",) if via else ())):
+    for column in (*columns, *(("Via",) if via else ()), *(("Agent",) if agent else ())):
         # Figures never shrink; names, models and reasons give way on narrow terminals.
-        flexible = column in ("Node", "Owner", "GPUs", "Reason", "Via")
+        flexible = column in ("Node", "Owner", "GPUs", "Reason", "Via", "Agent")
         table.add_column(column, no_wrap=True, min_width=None if flexible else len(column))
     for view in sorted(snapshot.nodes, key=lambda v: v.name):
         s = node_summary(view, snapshot.time)
@@ -123,6 +126,7 @@ def nodes_table(snapshot: FleetSnapshot) -> Table:
             str(s.processes),
             Text(s.reason if s.state != LIVE else ""),  # a node's words, never markup
             *((view.route if view.route != "direct" else "",) if via else ()),
+            *((view.agent,) if agent else ()),
         )
     return table
 
@@ -142,6 +146,8 @@ def snapshot_json(snapshot: FleetSnapshot, fleet: Fleet) -> dict[str, Any]:
                 "state": v.state,
                 "reason": v.reason,
                 "route": v.route,
+                "agent": v.agent or None,  # bootstrapped, installed or pushed; null before a session
+                "agent_command": v.agent_command or None,
                 "age": v.age(snapshot.time),
                 "owner": v.owner,
                 "inventory": to_json(v.inventory) if v.inventory else None,

@@ -31,6 +31,7 @@ _COMMAND_MODULES = (
     "gpuops.cli.plan",
     "gpuops.cli.tenants",
     "gpuops.cli.inventory",
+    "gpuops.cli.inventory",
     "gpuops.cli.exporter",
 )
 

@@ -77,6 +77,8 @@ class NodeView:
     sample: NodeSample | None = None
     owner: str | None = None
     route: str = ""  # the way the last attempt took: "direct", "via bastion (ProxyJump in ...)"
+    agent: str = ""  # the agent the last session ran: bootstrapped, installed or pushed
+    agent_command: str = ""
 
     def age(self, now: float) -> float | None:
         return None if self.last_seen is None else max(0.0, now - self.last_seen)
@@ -278,7 +280,14 @@ class Collector:
                 except TimeoutError:
                     raise AgentError("timeout", f"no inventory within {self.silence_limit:g}s") from None
                 progress.to("waiting for the first sample")
-                self._update(record, hello=client.hello, inventory=inventory, route=progress.route)
+                self._update(
+                    record,
+                    hello=client.hello,
+                    inventory=inventory,
+                    route=progress.route,
+                    agent=progress.agent,
+                    agent_command=progress.agent_command,
+                )
                 self._starting -= 1
                 starting = False
                 # While the stream flows, the watchdog notices a silent node within

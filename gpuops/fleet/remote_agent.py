@@ -1,10 +1,15 @@
 """Starting the node agent at the far end of an SSH connection.
 
 Three ways, chosen per node in fleet.yaml (`agent.mode`):
-- `installed`: run the node's own `gpuops agent --stdio`;
+- `installed`: run the node's own agent: the one ansible/bootstrap.yml installed under the
+  node's prefix (`<agent.prefix>/bin/gpuops-agent`, which carries the node's own state, history
+  and limiter directories, so the session serves the history its recorder keeps), else
+  `gpuops agent --stdio` from the node's PATH;
 - `push`: upload the zipapp (fleet/zipapp.py) over SFTP into `~/.cache/gpuops/`, named by its
   hash, unless it is already there, and run it with the node's `python3`;
-- `auto` (default): `installed` when `gpuops` is on the node's PATH, else `push`.
+- `auto` (default): `installed` when the node has one of those, else `push`.
+
+Which one ran is kept in the attempt's `Progress.agent` (`gpuops discover` shows it).
 
 The remote command line is built from a list with shlex quoting: values from fleet.yaml are
 never pasted into a shell string.
@@ -24,9 +29,18 @@ from gpuops.fleet.agent_client import AgentClient
 from gpuops.fleet.ssh import Progress, SshError
 
 AUTO, INSTALLED, PUSH = "auto", "installed", "push"
+# What ran, as `gpuops discover` names it: the bootstrapped agent under the prefix, a `gpuops`
+# on the node's PATH, or the zipapp pushed for this session.
+BOOTSTRAPPED, ON_PATH, PUSHED = "bootstrapped", "installed", "pushed"
+DEFAULT_PREFIX = "/opt/gpuops"
+BOOTSTRAP_AGENT = "bin/gpuops-agent"  # under the prefix; written by ansible/roles/gpuops_node
 HELLO_TIMEOUT = 30.0
 CACHE_DIR = ".cache/gpuops"  # relative to the login directory, where SFTP and exec start
-_PROBE = "command -v gpuops"  # a constant: no user input
+# A constant script: the prefix from fleet.yaml comes in as $1, never pasted into the text.
+PROBE = (
+    f'if [ -x "$1/{BOOTSTRAP_AGENT}" ]; then echo {BOOTSTRAPPED}; '
+    f"elif command -v gpuops >/dev/null 2>&1; then echo {ON_PATH}; else echo none; fi"
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,7 @@ class AgentLaunch:
     python: str = "python3"
     backend: str = "nvml"
     sim_spec: str | None = None
+    prefix: str = DEFAULT_PREFIX
 
     def agent_args(self) -> list[str]:
         args = ["agent", "--stdio", "--backend", self.backend]
@@ -43,9 +58,11 @@ class AgentLaunch:
         return args
 
 
-async def _is_installed(conn: asyncssh.SSHClientConnection) -> bool:
-    result = await conn.run(_PROBE, check=False)
-    return result.exit_status == 0
+async def _installed_agent(conn: asyncssh.SSHClientConnection, prefix: str) -> str | None:
+    """BOOTSTRAPPED or ON_PATH: the agent the node has installed (one round trip), else None."""
+    result = await conn.run(shlex.join(["sh", "-c", PROBE, "sh", prefix]), check=False)
+    said = result.stdout.strip() if isinstance(result.stdout, str) else ""
+    return said if result.exit_status == 0 and said in (BOOTSTRAPPED, ON_PATH) else None
 
 
 async def push_zipapp(conn: asyncssh.SSHClientConnection) -> str:
@@ -116,15 +133,23 @@ async def start_agent(
 ) -> tuple[AgentClient, asyncssh.SSHClientChannel[bytes]]:
     """Start the agent on the node and greet it; raises SshError or AgentError."""
     progress = progress if progress is not None else Progress()
-    mode = launch.mode
-    if mode == AUTO:
+    installed = None
+    if launch.mode != PUSH:
         progress.to("logged in, asking the node whether gpuops is installed")
-        mode = INSTALLED if await _is_installed(conn) else PUSH
-    if mode == INSTALLED:
+        installed = await _installed_agent(conn, launch.prefix)
+    if installed == BOOTSTRAPPED:
+        # The wrapper is `gpuops agent` with the node's directories: same arguments after it.
+        argv = [f"{launch.prefix.rstrip('/')}/{BOOTSTRAP_AGENT}", *launch.agent_args()[1:]]
+    elif installed == ON_PATH or launch.mode == INSTALLED:
+        # mode installed on a node without one: `gpuops` is run anyway, and its "not found"
+        # is the reason the node shows.
+        installed = ON_PATH
         argv = ["gpuops", *launch.agent_args()]
     else:
         progress.to("logged in, uploading the agent over SFTP")
+        installed = PUSHED
         argv = [launch.python, await push_zipapp(conn), *launch.agent_args()]
+    progress.agent, progress.agent_command = installed, argv[0] if installed != PUSHED else argv[1]
     progress.to(f"started the agent ({argv[0]}), waiting for its first reply")
     writer = _ChannelWriter()
     client = AgentClient(None, writer, name=name)

@@ -105,6 +105,8 @@ class Progress:
 
     phase: str = "waiting to connect"
     route: str = ""
+    agent: str = ""  # which agent the session started (fleet/remote_agent.py: bootstrapped, ...)
+    agent_command: str = ""  # the program it ran (the zipapp's path when pushed)
 
     def to(self, phase: str) -> None:
         self.phase = phase

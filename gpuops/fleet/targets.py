@@ -56,7 +56,7 @@ def node_targets(fleet: Fleet) -> list[NodeTarget]:
             NodeTarget(
                 name=node.name,
                 ssh=target,
-                launch=AgentLaunch(agent.mode, agent.python, agent.backend, agent.sim_spec),
+                launch=AgentLaunch(agent.mode, agent.python, agent.backend, agent.sim_spec, agent.prefix),
                 owner=fleet.node_owner(node),
                 labels=tuple(sorted((node.labels or {}).items())),
             )

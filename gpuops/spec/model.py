@@ -78,6 +78,7 @@ DEFAULT_INTERVAL = 1.0
 DEFAULT_AGENT_MODE: Literal["auto"] = "auto"
 DEFAULT_PYTHON = "python3"
 DEFAULT_BACKEND = "nvml"
+DEFAULT_PREFIX = "/opt/gpuops"  # where ansible/bootstrap.yml installs the node side
 NO_JUMP = "none"
 
 
@@ -128,6 +129,8 @@ class AgentOptions(SpecModel):
     """Where GPU facts come from: nvml (default) or sim (a simulated node)."""
     sim_spec: RemotePath | None = None
     """For backend sim: a spec path on the node or a built-in scenario name."""
+    prefix: RemotePath | None = None
+    """Where ansible/bootstrap.yml installed the node side (its gpuops_prefix). Default /opt/gpuops."""
 
 
 class JumpHost(SpecModel):
@@ -463,6 +466,7 @@ class Fleet(SpecModel):
             python=pick("python", DEFAULT_PYTHON),
             backend=pick("backend", DEFAULT_BACKEND),
             sim_spec=pick("sim_spec", None),
+            prefix=pick("prefix", DEFAULT_PREFIX),
         )
 
 
@@ -526,6 +530,7 @@ class AgentSettings:
     python: str
     backend: str
     sim_spec: str | None
+    prefix: str = DEFAULT_PREFIX
 
 
 class _Index:

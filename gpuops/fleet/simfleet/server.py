@@ -14,6 +14,8 @@ What a simulated node accepts:
 - exec requests only, split with `shlex.split` and matched against two forms — never run by a
   shell:
   - `command -v gpuops` prints a path, exit 0 (`command -v OTHER`: exit 1, as sh does);
+  - the agent probe of fleet/remote_agent.py (`sh -c PROBE sh PREFIX`) answers `installed`: a
+    simulated node has `gpuops` on its PATH and nothing bootstrapped under a prefix;
   - `gpuops agent --stdio --backend sim [--sim-spec P] [--log-level L] [--state-dir D]
     [--limiter-dir D] [--mps-control P] [--history-dir D]`: the node agent for this node's
     backend, run inline on the event loop. `--sim-spec` and the directory options are accepted,
@@ -42,6 +44,8 @@ from typing import Any, cast
 import asyncssh
 from asyncssh.constants import MSG_IGNORE
 
+from gpuops.fleet.remote_agent import ON_PATH
+from gpuops.fleet.remote_agent import PROBE as AGENT_PROBE
 from gpuops.fleet.simfleet.faults import FaultyBackend
 from gpuops.fleet.simfleet.history import SimHistory
 from gpuops.node.agent import Agent
@@ -291,6 +295,9 @@ class SimFleetServer:
                 process.stdout.write(f"{GPUOPS_PATH}\n".encode())
                 return 0
             return 1
+        if len(argv) == 5 and argv[:4] == ["sh", "-c", AGENT_PROBE, "sh"]:
+            process.stdout.write(f"{ON_PATH}\n".encode())
+            return 0
         if argv[:2] == ["gpuops", "agent"]:
             return await self._agent(node, argv[2:], process)
         name = argv[0] if argv else ""
