@@ -298,3 +298,21 @@ def test_the_exporter_answers_only_what_it_serves(tmp_path: Path) -> None:
             s.sendall(b"GET /metrics HTTP/1.1\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
             assert s.recv(64).startswith(b"HTTP/1.1 431 ")
         assert "gpuops_node_up" in scrape(url)  # still serving
+
+
+def test_record_and_metrics_share_one_sampling_loop(tmp_path: Path) -> None:
+    from gpuops.node.history import read_history
+
+    history = tmp_path / "history"
+    args = ["--backend", "sim", "--sim-spec", str(demo_spec(tmp_path)), "--interval", "0.2", *_dirs(tmp_path)]
+    began = time.time()
+    with running_exporter(*args, "--record", "--history-dir", str(history)) as (url, _proc):
+        time.sleep(1.5)
+        assert one(parse(scrape(url)), "gpuops_node_up") == 1.0
+        # A second recorder of the same history is refused, as `agent --record` refuses it.
+        second = _run_agent("--record", "--history-dir", str(history), "--backend", "sim", *_dirs(tmp_path))
+        assert second.returncode == 1 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+    recorded = read_history(str(history), "minute", began - 60, time.time() + 60)
+    seconds = sum(g.seconds for b in recorded.buckets for g in b.gpus)
+    # ~1.5 s of samples at 0.2 s on 8 GPUs: the exporter's samples went into the history.
+    assert recorded.buckets and seconds >= 8 * 1.0, recorded
