@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -214,10 +215,13 @@ def _fleet_exposition() -> CollectorRegistry:
     gauge("gpuops_mps_active_thread_percentage", ["node", "Hostname", "user"]).labels(
         "n2", "n2", "alice"
     ).set(50)
-    up = gauge("gpuops_node_up", ["node", "reason"])
-    up.labels("n1", "").set(1)
-    up.labels("n2", "").set(1)
-    up.labels("n3", "connect timeout").set(0)
+    up = gauge("gpuops_node_up", ["node", "state", "reason"])
+    up.labels("n1", "live", "").set(1)
+    up.labels("n2", "live", "").set(1)
+    up.labels("n3", "unreachable", "connect timeout").set(0)
+    sampled = gauge("gpuops_node_sample_timestamp_seconds", ["node", "Hostname"])
+    for node in ("n1", "n2"):
+        sampled.labels(node, node).set(time.time())
     return reg
 
 
