@@ -83,11 +83,11 @@ def test_promtool_unit_tests_pass(promtool_path: str) -> None:
             'sum by (team) (gpu:gpuops_gpu_busy:bool{team!=""})',
             "team:gpuops_gpus_busy:sum",
         ),
-        # A team with no entitlement borrows all it uses.
+        # A team guaranteed nothing borrows all it uses.
         (
-            "clamp_min(team:gpuops_tenant_gpu_used:sum - team:gpuops_gpus_entitled:sum, 0)\n          or\n"
-            "          team:gpuops_tenant_gpu_used:sum",
-            "clamp_min(team:gpuops_tenant_gpu_used:sum - team:gpuops_gpus_entitled:sum, 0)",
+            "clamp_min(team:gpuops_tenant_gpu_used:sum - team:gpuops_tenant_guaranteed_gpus:sum, 0)\n"
+            "          or\n          team:gpuops_tenant_gpu_used:sum",
+            "clamp_min(team:gpuops_tenant_gpu_used:sum - team:gpuops_tenant_guaranteed_gpus:sum, 0)",
             "team:gpuops_gpus_borrowed:sum",
         ),
         # The first XID of a GPU, on a counter that appears at 1.
@@ -99,17 +99,24 @@ def test_promtool_unit_tests_pass(promtool_path: str) -> None:
         # A reason that changes must not restart the node-down wait.
         ("expr: max by (node) (gpuops_node_up) == 0", "expr: gpuops_node_up == 0", "GpuopsNodeDown"),
         ("for: 3d", "for: 1d", "GpuopsIdleSilo"),
+        # A pool's guarantees are not the teams' silos (pool="").
+        (
+            '(gpuops_tenant_guaranteed_gpus{pool!=""})',
+            "(gpuops_tenant_guaranteed_gpus)",
+            "pool:gpuops_tenant_guaranteed_gpus:sum",
+        ),
         ("for: 1h", "for: 30m", "GpuopsTeamAboveGuarantee"),
     ],
     ids=[
         "hot",
         "dedupe",
         "silo-busy",
-        "borrowed-unentitled",
+        "borrowed-unguaranteed",
         "first-xid",
         "node-reason",
         "idle-3d",
         "above-1h",
+        "pool-silo",
     ],
 )
 def test_promtool_unit_tests_catch_a_changed_rule(
@@ -199,6 +206,8 @@ def _fleet_exposition() -> CollectorRegistry:
     owned.labels("vision").set(3)
     owned.labels("nlp").set(2)
     guaranteed = gauge("gpuops_tenant_guaranteed_gpus", ["tenant", "pool"])
+    guaranteed.labels("vision", "").set(2)  # the silo, as the fleet exporter writes it
+    guaranteed.labels("nlp", "").set(1)
     guaranteed.labels("vision", "shared").set(0.5)
     guaranteed.labels("nlp", "shared").set(0.5)
     gauge("gpuops_pool_gpus", ["pool"]).labels("shared").set(2)
@@ -247,7 +256,8 @@ def test_rules_and_dashboards_in_a_real_prometheus(
         # pooled GPUs are the pool's.
         assert _by(prom.query("team:gpuops_gpus_busy:sum"), "team") == {"vision": 1, "nlp": 1}
         assert _by(prom.query("team:gpuops_gpus_idle:sum"), "team") == {"vision": 1, "nlp": 0}
-        assert _by(prom.query("team:gpuops_gpus_entitled:sum"), "team") == {"vision": 2.5, "nlp": 1.5}
+        guaranteed = _by(prom.query("team:gpuops_tenant_guaranteed_gpus:sum"), "team")
+        assert guaranteed == {"vision": 2.5, "nlp": 1.5}
         assert _by(prom.query("team:gpuops_gpus_borrowed:sum"), "team") == {"vision": 0, "nlp": 0}
         assert _by(prom.query("pool:gpuops_gpus_busy:sum"), "pool") == {"shared": 2}
         assert _by(prom.query("pool:gpuops_gpu_used:sum"), "pool") == {"shared": 1.0}
