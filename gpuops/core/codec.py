@@ -17,7 +17,15 @@ import typing
 from typing import Any, Callable, Dict, List, Tuple, Type, TypeVar, Union
 
 from gpuops.core.model import Gpu, GpuSample, NodeSample, NotAvailable
-from gpuops.core.protocol import LimiterApplyReply, MigApplyReply, MigResult, MpsApplyReply, MpsResult
+from gpuops.core.protocol import (
+    EXTRA_HEALTH,
+    EXTRA_MIG_UTILIZATION,
+    LimiterApplyReply,
+    MigApplyReply,
+    MigResult,
+    MpsApplyReply,
+    MpsResult,
+)
 
 T = TypeVar("T")
 
@@ -65,6 +73,20 @@ def to_json(value: Any) -> Any:
     if isinstance(value, float):
         return to_json(float(value))
     return value
+
+
+def sample_to_json(sample: NodeSample, extras: Tuple[str, ...] = ()) -> Dict[str, Any]:
+    """A node sample as the agent sends it to a client that understands `extras`
+    (core/protocol.py EXTRAS): the optional parts it did not name are left out, so a client
+    older than them (whose decoder refuses unknown fields) reads the sample as before."""
+    data: Dict[str, Any] = to_json(sample)
+    if EXTRA_HEALTH not in extras or sample.health is None:
+        data.pop("health", None)
+    if EXTRA_MIG_UTILIZATION not in extras:
+        for gpu in data["gpus"]:
+            for mig in gpu["mig_samples"]:
+                mig.pop("sm_utilization_percent", None)
+    return data
 
 
 # ---- write-path replies (core/protocol.py) ---------------------------------------------------

@@ -117,11 +117,16 @@ class GpuSample:
 
 @dataclass(frozen=True)
 class MigInstanceSample:
-    """Per-GPU-instance memory: NVML reports memory, not utilization, for MIG devices."""
+    """Per-GPU-instance memory, and SM activity where NVML's GPM gives it: NVML's utilization
+    rates are NOT_SUPPORTED for MIG devices."""
 
     gpu_instance_id: int
     memory_used_bytes: IntMetric
     memory_total_bytes: IntMetric
+    # Percent of the instance's SMs busy over the last sampling interval (NVML's GPM SM_UTIL,
+    # Hopper and newer); NotAvailable with NVML's reason elsewhere. Agents send it only to
+    # operators that ask (core/protocol.py, "extras"): older operators reject unknown fields.
+    sm_utilization_percent: FloatMetric = NotAvailable("NOT_SUPPORTED")
 
 
 @dataclass(frozen=True)
@@ -151,9 +156,54 @@ class Node:
 
 
 @dataclass(frozen=True)
+class HealthEvent:
+    """One event from the node's NVML event set (XID critical error, ECC error, clock change)."""
+
+    seq: int  # numbered by the agent from 1 as they come: the operator keeps each once
+    timestamp: float  # when the agent received it (seconds since the epoch, the node's clock)
+    gpu: int  # GPU index; -1 where NVML named a device the agent does not know
+    kind: str  # one of HEALTH_KINDS
+    xid: Optional[int] = None  # the XID number of an "xid" event (999: NVML's unknown XID)
+    gpu_instance_id: Optional[int] = None  # the MIG GPU instance it is attributable to
+    compute_instance_id: Optional[int] = None
+    uuid: str = ""  # the GPU's UUID
+
+
+# NVML event types the agent listens to, by name (nvmlEventType*).
+HEALTH_KINDS = ("xid", "ecc_single_bit", "ecc_double_bit", "clock", "pstate", "other")
+
+
+@dataclass(frozen=True)
+class XidCount:
+    """How many XID errors of one number a GPU had since the agent started listening."""
+
+    gpu: int
+    xid: int
+    count: int
+    last_timestamp: float
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """What the agent's event thread saw: the latest events and the XID counts since it started.
+    `error` is "" while it listens, else why it cannot (NVML's code, e.g. NOT_SUPPORTED)."""
+
+    since: float  # when the agent started listening
+    error: str = ""
+    events: Tuple[HealthEvent, ...] = ()  # the latest, oldest first (at most MAX_HEALTH_EVENTS)
+    xid_counts: Tuple[XidCount, ...] = ()  # by GPU, then XID
+
+
+MAX_HEALTH_EVENTS = 64
+
+
+@dataclass(frozen=True)
 class NodeSample:
     """A node's live readings: every GPU with its sample, MIG layout and processes."""
 
     hostname: str
     timestamp: float
     gpus: Tuple[Gpu, ...] = field(default_factory=tuple)
+    # The agent's health events; None from agents without an event thread or to operators that
+    # did not ask for them (core/protocol.py, "extras").
+    health: Optional[NodeHealth] = None

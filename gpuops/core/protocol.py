@@ -15,6 +15,11 @@ the events after the first carry `"rows": [timestamp, [row per GPU], [GPU deltas
 `delta` (core/delta.py `sample_rows`): each GPU's sample a row of values, null where unchanged.
 With `"align": true` (the "align" capability) the samples after the first are taken at the
 multiples of the interval on the node's clock, so every node of a fleet samples together.
+With `"extras": [names]` (the "extras" capability; `sample` takes it too) the samples carry
+fields that older operators would reject as unknown (core/codec.py decodes strictly), each only
+when asked for (`EXTRAS`): "mig_utilization" (each MIG instance's `sm_utilization_percent`,
+NVML's GPM) and "health" (the sample's `health`: the agent's NVML events and XID counts). A new
+field is added this way, so that the protocol stays version 1 for old and new on both sides.
     -> {"v": 1, "id": 3, "op": "cancel", "args": {"id": 2}}
     <- {"v": 1, "id": 2, "ok": true, "result": {"events": 5, "cancelled": true}}
     <- {"v": 1, "id": 3, "ok": true, "result": {"cancelled": 2}}
@@ -65,6 +70,11 @@ MAX_CHANGES = 64  # GPUs changed by one mig_apply request, devices by one mps_ap
 MAX_TENANTS = 64  # tenants of one MPS device, lines of the limiter table
 MAX_USERS = 64  # users of one MPS tenant
 MAX_LIMITER_GPUS = 256  # GPU references of one limiter line
+
+# Optional parts of a sample, sent only to a client that names them (`extras_arg`).
+EXTRA_MIG_UTILIZATION = "mig_utilization"
+EXTRA_HEALTH = "health"
+EXTRAS = (EXTRA_MIG_UTILIZATION, EXTRA_HEALTH)
 
 MIN_WATCH_INTERVAL = 0.05
 MAX_WATCH_INTERVAL = 3600.0
@@ -152,7 +162,7 @@ def parse_request(line: bytes) -> Request:
 def watch_args(args: Dict[str, Any]) -> Tuple[float, Optional[int], bool]:
     """Validate a watch request's interval (seconds), optional event count, and whether events
     after the first carry only what changed (core/delta.py); `watch_rows` reads its `rows`."""
-    unknown = sorted(set(args) - {"interval", "count", "delta", "rows", "align"})
+    unknown = sorted(set(args) - {"interval", "count", "delta", "rows", "align", "extras"})
     if unknown:
         raise ValueError("unknown argument %r" % unknown[0][:64])
     interval = args.get("interval", 1.0)
@@ -170,7 +180,28 @@ def watch_args(args: Dict[str, Any]) -> Tuple[float, Optional[int], bool]:
         raise ValueError("'delta' must be true or false")
     watch_rows(args)
     watch_align(args)
+    extras_arg(args)
     return float(interval), count, delta
+
+
+def extras_arg(args: Dict[str, Any]) -> Tuple[str, ...]:
+    """A watch's or sample's `extras`: the optional parts of a sample the client understands
+    (`EXTRAS`); names it does not know are refused, so a typo is not silently ignored."""
+    extras = args.get("extras", [])
+    if not isinstance(extras, list) or not all(isinstance(e, str) for e in extras):
+        raise ValueError("'extras' must be a list of names (%s)" % ", ".join(EXTRAS))
+    unknown = [e for e in extras if e not in EXTRAS]
+    if unknown:
+        raise ValueError("unknown extra %r (known: %s)" % (unknown[0][:64], ", ".join(EXTRAS)))
+    return tuple(e for e in EXTRAS if e in extras)
+
+
+def sample_args(args: Dict[str, Any]) -> Tuple[str, ...]:
+    """A `sample` request's arguments: only `extras`."""
+    unknown = sorted(set(args) - {"extras"})
+    if unknown:
+        raise ValueError("unknown argument %r" % unknown[0][:64])
+    return extras_arg(args)
 
 
 def watch_align(args: Dict[str, Any]) -> bool:

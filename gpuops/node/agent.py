@@ -31,7 +31,13 @@ from typing import (
 
 from gpuops import __version__
 from gpuops.core import protocol as proto
-from gpuops.core.codec import limiter_apply_reply_json, mig_apply_reply_json, mps_apply_reply_json, to_json
+from gpuops.core.codec import (
+    limiter_apply_reply_json,
+    mig_apply_reply_json,
+    mps_apply_reply_json,
+    sample_to_json,
+    to_json,
+)
 from gpuops.core.delta import diff, sample_rows
 from gpuops.core.lines import READ_CHUNK, ByteReader, ByteWriter, LineSplitter, TooLarge
 from gpuops.node.backends.base import Backend, BackendError
@@ -39,6 +45,7 @@ from gpuops.node.limiter_tags import LimiterTagger
 from gpuops.node.state import interrupted_applies
 
 if TYPE_CHECKING:
+    from gpuops.node.health import HealthMonitor
     from gpuops.node.mps import MpsControl
 
 log = logging.getLogger("gpuops.agent")
@@ -73,6 +80,7 @@ class Agent:
         mps_control: Optional[str] = None,
         history_dir: Optional[str] = None,
         before_history: Optional[Callable[[], Awaitable[None]]] = None,
+        health: Optional["HealthMonitor"] = None,
     ) -> None:
         """`inline=True` calls the backend on the event loop thread: only for backends that never
         block (the simulator), so that one process can serve a thousand simulated nodes without
@@ -80,7 +88,8 @@ class Agent:
         node/limiter.DEFAULT_DIR). `mps_control`: the `nvidia-cuda-mps-control` to run, for any
         backend (default: the backend's own MPS control). `history_dir`: what the `history`
         request reads (default `<state_dir>/history`, node/history.py); `before_history` is
-        awaited before each read (the simulator fills in a node's past there)."""
+        awaited before each read (the simulator fills in a node's past there). `health`: the
+        node's health events (node/health.py), carried in samples to clients that ask."""
         self.backend = backend
         self.backend_name = backend_name
         self.unavailable_reason = unavailable_reason
@@ -100,6 +109,7 @@ class Agent:
         self.mps_binary = mps_control
         self.history_dir = history_dir or os.path.join(state_dir, "history")
         self.before_history = before_history
+        self.health = health
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         if not inline:
             self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpuops-backend")
@@ -203,7 +213,7 @@ class Agent:
         version = proto.hello_versions(request.args)
         capabilities = list(self.backend.capabilities()) if self.backend else []
         if self.backend is not None:
-            capabilities += ["watch", "delta", "rows", "align"]
+            capabilities += ["watch", "delta", "rows", "align", "extras"]
         await self._send(
             proto.reply(
                 request.id,
@@ -229,16 +239,24 @@ class Agent:
         result = await self._call(lambda: to_json(backend.inventory()))
         await self._send(proto.reply(request.id, result))
 
+    def _take(self, backend: Backend, extras: Tuple[str, ...]) -> Any:
+        """One sample as JSON for a client that understands `extras` (on the backend thread)."""
+        sample = self._tagger.tag(backend.sample())
+        if self.health is not None:
+            sample = self.health.attach(sample)
+        return sample_to_json(sample, extras)
+
     async def _op_sample(self, request: proto.Request) -> None:
-        _no_args(request.args)
+        extras = proto.sample_args(request.args)
         backend = self._require_backend()
-        result = await self._call(lambda: to_json(self._tagger.tag(backend.sample())))
+        result = await self._call(lambda: self._take(backend, extras))
         await self._send(proto.reply(request.id, result))
 
     async def _op_watch(self, request: proto.Request) -> None:
         interval, count, delta = proto.watch_args(request.args)
         rows = proto.watch_rows(request.args)
         align = proto.watch_align(request.args)
+        extras = proto.extras_arg(request.args)
         self._require_backend()
         if request.id in self._watches:
             raise proto.ProtocolError(
@@ -248,7 +266,7 @@ class Agent:
             raise proto.ProtocolError(
                 proto.TOO_MANY_WATCHES, "at most %d watches at once" % proto.MAX_WATCHES
             )
-        task = asyncio.ensure_future(self._watch(request.id, interval, count, delta, rows, align))
+        task = asyncio.ensure_future(self._watch(request.id, interval, count, delta, rows, align, extras))
         self._watches[request.id] = task
         task.add_done_callback(lambda _t: self._watches.pop(request.id, None))
 
@@ -260,6 +278,7 @@ class Agent:
         delta: bool,
         rows: Optional[Tuple[str, ...]] = None,
         align: bool = False,
+        extras: Tuple[str, ...] = (),
     ) -> None:
         backend = self._require_backend()
         loop = asyncio.get_event_loop()
@@ -270,7 +289,7 @@ class Agent:
         try:
             while count is None or sent < count:
                 try:
-                    result = await self._call(lambda: to_json(self._tagger.tag(backend.sample())))
+                    result = await self._call(lambda: self._take(backend, extras))
                 except BackendError as exc:
                     # One failed sample does not end the stream: the client sees it and waits.
                     await self._send(proto.error(request_id, proto.BACKEND_ERROR, str(exc)))

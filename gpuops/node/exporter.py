@@ -22,6 +22,7 @@ import signal
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
+from gpuops.node.health import HealthMonitor
 from gpuops.node.metrics import NodeCollector, parse_process_metrics
 from gpuops.node.metrics_http import ListenError, MetricsServer, bind_error, parse_listen, prometheus_render
 from gpuops.node.sampler import Sampler
@@ -136,6 +137,7 @@ class _Service:
             return _error(bind_error(self.host, self.port, exc), EXIT_FAIL)
         recorder = None
         backend = None
+        health = HealthMonitor()
         try:
             from gpuops.node.backends.registry import open_backend
 
@@ -146,21 +148,25 @@ class _Service:
                 recorder, problem = _recorder(history_dir, self.state_dir, self.interval)
                 if recorder is None:
                     return _error(problem, EXIT_FAIL)
-            return await self._serve(server, backend, recorder)
+            await self._on_worker(lambda: health.start(backend))
+            return await self._serve(server, backend, recorder, health)
         finally:
             await server.close()
             if recorder is not None:
                 recorder.close()
+            # The event set goes before the library it belongs to (a bounded wait).
+            if not await asyncio.get_event_loop().run_in_executor(None, health.stop):
+                log.warning("the health thread did not stop in time")
             if backend is not None:
                 await self._on_worker(backend.close)
             self.worker.shutdown(wait=False)
 
-    async def _serve(self, server: MetricsServer, backend: Any, recorder: Any) -> int:
+    async def _serve(self, server: MetricsServer, backend: Any, recorder: Any, health: HealthMonitor) -> int:
         from gpuops.node.backends.base import BackendError
         from gpuops.node.limiter_tags import LimiterTagger
 
         tagger = LimiterTagger(self.limiter_dir)
-        sampler = Sampler(lambda: tagger.tag(backend.sample()), self.interval)
+        sampler = Sampler(lambda: health.attach(tagger.tag(backend.sample())), self.interval)
         if recorder is not None:
             sampler.listeners.append(recorder.add)
         try:

@@ -14,6 +14,7 @@ from typing import List, Optional
 
 from gpuops.node.agent import Agent
 from gpuops.node.backends.registry import open_backend
+from gpuops.node.health import HealthMonitor
 from gpuops.node.limiter import DEFAULT_DIR as DEFAULT_LIMITER_DIR
 from gpuops.node.logs import log_to_stderr
 
@@ -40,6 +41,11 @@ def run_agent(
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     backend, reason = open_backend(backend_name, sim_spec)
+    health = HealthMonitor()
+    if backend is not None:
+        # Before serving: the event set is made with the backend's handles while nothing else
+        # calls it; then its thread waits on NVML beside the agent's backend thread.
+        health.start(backend)
     agent = Agent(
         backend,
         backend_name,
@@ -48,6 +54,7 @@ def run_agent(
         limiter_dir=limiter_dir,
         mps_control=mps_control,
         history_dir=history_dir,
+        health=health,
     )
     # A journal of an interrupted apply is said, not resolved: this session may be a read-only
     # one (discover, status, tui), and only an apply changes a GPU (node/mig_apply.py recover).
@@ -66,6 +73,9 @@ def run_agent(
     except KeyboardInterrupt:
         pass
     finally:
+        # The event set goes before the library it belongs to.
+        if not health.stop():
+            logging.getLogger("gpuops.agent").warning("the health thread did not stop in time")
         if backend is not None:
             backend.close()
     return EXIT_OK

@@ -58,6 +58,15 @@ CODES: Dict[str, int] = {
     "UNKNOWN": 999,
 }
 
+# nvmlEventType* by the names tests use.
+EVENT_TYPES: Dict[str, int] = {
+    "ecc_single_bit": 0x1,
+    "ecc_double_bit": 0x2,
+    "pstate": 0x4,
+    "xid": 0x8,
+    "clock": 0x10,
+}
+
 # Device presets: what NVML reports for a few real boards.
 PRESETS: Dict[str, Dict[str, Any]] = {
     "A100-SXM4-40GB": {
@@ -182,7 +191,7 @@ def build_library(missing: Iterable[str] = ()) -> Path:
     lib = base / variant / SONAME
     if lib.exists():
         return lib
-    argv = [cc, "-shared", "-Wl,-soname," + SONAME, str(obj)]
+    argv = [cc, "-shared", "-pthread", "-Wl,-soname," + SONAME, str(obj)]
     if hidden:
         script = base / variant / "hide.map"
         script.parent.mkdir(parents=True, exist_ok=True)
@@ -266,6 +275,18 @@ def config_lines(config: Mapping[str, Any]) -> List[str]:
             out.append(f"sm_count {dev['sm_count']}")
         if dev.get("lost"):
             out.append("lost 1")
+        # GPM: Hopper and newer, unless the dict says otherwise.
+        out.append(f"gpm {int(dev.get('gpm', dev.get('architecture', 0) >= 9))}")
+        if dev.get("events_supported") is not None:
+            out.append(f"events_supported 0x{dev['events_supported']:X}")
+        for ev in dev.get("events", ()):
+            gi_id = ev.get("gpu_instance_id")
+            ci_id = ev.get("compute_instance_id")
+            kind = EVENT_TYPES.get(ev["type"], ev["type"])
+            out.append(
+                f"event {int(ev['after_ms'])} {kind} {int(ev.get('data', 0))} "
+                f"{NO_ID if gi_id is None else gi_id} {NO_ID if ci_id is None else ci_id}"
+            )
         mig = dev.get("mig")
         if mig is not None:
             model = MODELS[dev["mig_model"]]
@@ -279,7 +300,10 @@ def config_lines(config: Mapping[str, Any]) -> List[str]:
             )
             out.extend(_profile_lines(model))
             for gi in mig.get("gpu_instances", ()):
-                out.append(f"gi {gi['id']} {gi['profile_id']} {gi['start']} {gi.get('memory_used', 0)}")
+                out.append(
+                    f"gi {gi['id']} {gi['profile_id']} {gi['start']} {gi.get('memory_used', 0)} "
+                    f"{float(gi.get('sm_util', 0.0))}"
+                )
                 for ci in gi.get("compute_instances", ()):
                     uuid = ci.get("uuid", "-")  # "-": the fake makes one up
                     out.append(f"ci {gi['id']} {ci['id']} {ci['profile_id']} {ci.get('start', 0)} {uuid}")

@@ -13,7 +13,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from gpuops.core.model import ComputeInstance, GpuInstance, Node, NodeSample
 from gpuops.node.mps import MpsControl, pid_alive
@@ -67,6 +67,31 @@ class MigModeChange:
         return self.current != self.pending
 
 
+class RawEvent(NamedTuple):
+    """One event as a backend's event source hands it over (node/health.py numbers and keeps it)."""
+
+    gpu: int  # GPU index; -1 where the backend cannot tell which
+    kind: str  # one of core.model.HEALTH_KINDS
+    xid: Optional[int] = None
+    gpu_instance_id: Optional[int] = None
+    compute_instance_id: Optional[int] = None
+    uuid: str = ""
+
+
+class EventSource(abc.ABC):
+    """A backend's health events, waited for on a thread of their own (node/health.py).
+
+    Only `wait` and `close` are called, from that one thread; `close` after the last `wait`."""
+
+    @abc.abstractmethod
+    def wait(self, timeout: float) -> Optional[RawEvent]:
+        """The next event, or None when none came within `timeout` seconds (or a wait was cut
+        short, as NVML's may be). Raises BackendError when the source is broken for good."""
+
+    def close(self) -> None:
+        """Release what the source holds (NVML's event set)."""
+
+
 class Backend(abc.ABC):
     """A source of GPU facts for one node."""
 
@@ -85,6 +110,12 @@ class Backend(abc.ABC):
 
     def close(self) -> None:
         """Release the library or simulator; the backend is unusable afterwards."""
+
+    def event_source(self) -> EventSource:
+        """A source of this node's health events (XID errors, ECC errors, clock changes), made on
+        the backend's thread and then used on a thread of its own. Raises BackendError
+        (NOT_SUPPORTED where the node has none)."""
+        raise BackendError("NOT_SUPPORTED", "this backend has no health events")
 
     # MIG control. Backends that cannot change MIG keep these defaults.
     def set_mig_mode(self, gpu: int, enabled: bool) -> MigModeChange:

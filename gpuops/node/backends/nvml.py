@@ -30,7 +30,7 @@ import os
 import pwd
 import socket
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar, Union
 
 from gpuops.core.mig.catalog import MigModel, model_for_gpu
 from gpuops.core.model import (
@@ -47,7 +47,15 @@ from gpuops.core.model import (
     NodeSample,
     NotAvailable,
 )
-from gpuops.node.backends.base import ERROR_CODES, Backend, BackendError, BackendUnavailable, MigModeChange
+from gpuops.node.backends.base import (
+    ERROR_CODES,
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    EventSource,
+    MigModeChange,
+    RawEvent,
+)
 from gpuops.node.mps import BinaryMpsControl, MpsControl
 
 try:  # pragma: no cover - exercised by the "no pynvml" path only
@@ -73,6 +81,8 @@ _ARCHITECTURES = {
     9: "hopper",
     10: "blackwell",
 }
+
+GPM_MIN_INTERVAL = 0.1  # seconds between two GPM samples of one instance (nvml.h: "> 100ms")
 
 # Fallbacks where pynvml is older than the constants we use.
 _GI_PROFILE_COUNT_DEFAULT = 0x12
@@ -254,6 +264,20 @@ class _Device:
         self.model = model
         self.gi_profiles: Optional[Dict[int, _GiProfile]] = None  # by info.id
         self.ci_profiles: Dict[Tuple[int, int], Optional[_CiProfile]] = {}  # (GI profile id, CI enum)
+        self.gpm_error: Optional[str] = None  # "" where GPM works, else why not; None: not asked yet
+        self.gpm: Dict[int, _GpmState] = {}  # by GPU instance id
+
+
+class _GpmState:
+    """A GPU instance's previous GPM sample (a buffer NVML filled), when it was taken, and the
+    utilization last computed from two samples."""
+
+    __slots__ = ("buffer", "taken", "value")
+
+    def __init__(self, buffer: Any, taken: float) -> None:
+        self.buffer = buffer
+        self.taken = taken
+        self.value: Union[float, NotAvailable] = NotAvailable("NO_DATA")
 
 
 def _lost_info(index: int, code: str) -> GpuInfo:
@@ -324,6 +348,63 @@ def read_cgroup(cgroup_path: str) -> str:
     return chosen[:MAX_CGROUP]
 
 
+# The NVML event types the agent listens to, by the kind it calls them (core/model.py).
+_EVENT_KINDS = (
+    (0x0000000000000008, "xid"),  # nvmlEventTypeXidCriticalError
+    (0x0000000000000002, "ecc_double_bit"),  # nvmlEventTypeDoubleBitEccError
+    (0x0000000000000001, "ecc_single_bit"),  # nvmlEventTypeSingleBitEccError
+    (0x0000000000000010, "clock"),  # nvmlEventTypeClock
+)
+_EVENT_MASK = 0
+for _bit, _kind in _EVENT_KINDS:
+    _EVENT_MASK |= _bit
+
+
+def _address(handle: Any) -> Optional[int]:
+    """A device handle's address: how an event's `device` is matched to a GPU."""
+    return ctypes.cast(handle, ctypes.c_void_p).value
+
+
+def _instance_id(value: int) -> Optional[int]:
+    return None if int(value) == NO_ID else int(value)
+
+
+class _NvmlEvents(EventSource):
+    """An NVML event set, waited on from the agent's health thread (node/health.py).
+
+    NVML allows these calls while the backend's thread makes others on device handles; this
+    object touches nothing of the backend's but the handles' addresses read at its making."""
+
+    def __init__(self, event_set: Any, devices: Dict[Optional[int], Tuple[int, str]]) -> None:
+        self._set = event_set
+        self._devices = devices
+
+    def wait(self, timeout: float) -> Optional[RawEvent]:
+        try:
+            data = pynvml.nvmlEventSetWait_v2(self._set, max(1, int(timeout * 1000)))
+        except _NVML_ERRORS as exc:
+            code = error_code(exc)
+            if code == "TIMEOUT":  # nothing came (or a signal cut the wait short)
+                return None
+            raise BackendError(code, "waiting for NVML events: %s" % _message(exc)) from None
+        index, uuid = self._devices.get(_address(data.device), (-1, ""))
+        kind = next((k for bit, k in _EVENT_KINDS if int(data.eventType) & bit), "other")
+        return RawEvent(
+            gpu=index,
+            kind=kind,
+            xid=int(data.eventData) if kind == "xid" else None,
+            gpu_instance_id=_instance_id(data.gpuInstanceId),
+            compute_instance_id=_instance_id(data.computeInstanceId),
+            uuid=uuid,
+        )
+
+    def close(self) -> None:
+        if self._set is not None:
+            event_set, self._set = self._set, None
+            with contextlib.suppress(*_NVML_ERRORS):
+                pynvml.nvmlEventSetFree(event_set)
+
+
 class NvmlBackend(Backend):
     """GPU facts from NVML; MIG control through NVML (root needed for changes)."""
 
@@ -364,9 +445,41 @@ class NvmlBackend(Backend):
         """The real `nvidia-cuda-mps-control` (from PATH)."""
         return BinaryMpsControl()
 
+    def event_source(self) -> EventSource:
+        """An NVML event set with each GPU's XID, ECC and clock events, those it supports."""
+        devices = [d for d in self._devices_now() if isinstance(d, _Device)]
+        try:
+            event_set = pynvml.nvmlEventSetCreate()
+        except _NVML_ERRORS as exc:
+            raise _raise("cannot create an NVML event set", exc) from None
+        registered: Dict[Optional[int], Tuple[int, str]] = {}
+        codes: List[str] = []
+        for dev in devices:
+            supported = _call(pynvml.nvmlDeviceGetSupportedEventTypes, dev.handle)
+            if not supported.ok:
+                codes.append(supported.error)
+                continue
+            wanted = int(supported.value) & _EVENT_MASK
+            if not wanted:
+                codes.append("NOT_SUPPORTED")
+                continue
+            got = _call(pynvml.nvmlDeviceRegisterEvents, dev.handle, wanted, event_set)
+            if not got.ok:  # NOT_SUPPORTED: none of these registered, the set is still usable
+                codes.append(got.error)
+                continue
+            registered[_address(dev.handle)] = (dev.index, dev.info.uuid)
+        if not registered:
+            with contextlib.suppress(*_NVML_ERRORS):
+                pynvml.nvmlEventSetFree(event_set)
+            code = codes[0] if codes else "NOT_FOUND"
+            raise BackendError(code, "no GPU gives health events (%s)" % code)
+        return _NvmlEvents(event_set, registered)
+
     def close(self) -> None:
         if self._open:
             self._open = False
+            for dev in self._devices.values():
+                self._gpm_forget(dev, set())
             self._devices.clear()
             self._shutdown()
 
@@ -660,12 +773,13 @@ class NvmlBackend(Backend):
         mig_devices = self._mig_devices(dev, with_memory)
         return MigState(True, pending, self._gpu_instances(dev, mig_devices)), mig_devices
 
-    @staticmethod
     def _mig_samples(
-        state: Optional[MigState], mig_devices: Dict[Tuple[int, int], _MigDevice]
+        self, dev: _Device, state: Optional[MigState], mig_devices: Dict[Tuple[int, int], _MigDevice]
     ) -> Tuple[MigInstanceSample, ...]:
         if state is None or not state.current:
+            self._gpm_forget(dev, set())
             return ()
+        utilization = self._gpm_utilization(dev, [gi.id for gi in state.gpu_instances])
         by_gi: Dict[int, _MigDevice] = {}
         for (gi_id, _ci_id), mig in sorted(mig_devices.items()):
             by_gi.setdefault(gi_id, mig)  # every MIG device of a GI reports the GI's memory
@@ -674,16 +788,85 @@ class NvmlBackend(Backend):
             first = by_gi.get(gi.id)
             if first is None or first.memory is None:
                 na = NotAvailable("NOT_FOUND")  # a GI without compute instances has no MIG device
-                out.append(MigInstanceSample(gi.id, na, gi.memory_total_bytes))
+                out.append(MigInstanceSample(gi.id, na, gi.memory_total_bytes, utilization[gi.id]))
                 continue
             out.append(
                 MigInstanceSample(
                     gpu_instance_id=gi.id,
                     memory_used_bytes=first.memory.metric(lambda m: int(m.used)),
                     memory_total_bytes=first.memory.metric(lambda m: int(m.total)),
+                    sm_utilization_percent=utilization[gi.id],
                 )
             )
         return tuple(out)
+
+    # ---- GPM: utilization of MIG GPU instances -----------------------------------------------
+    def _gpm_support(self, dev: _Device) -> str:
+        """ "" where NVML's GPM works on this GPU (Hopper and newer), else NVML's reason."""
+        if dev.gpm_error is None:
+            if not hasattr(pynvml, "nvmlGpmQueryDeviceSupport"):  # a pynvml older than GPM
+                dev.gpm_error = "FUNCTION_NOT_FOUND"
+                return dev.gpm_error
+            got = _call(pynvml.nvmlGpmQueryDeviceSupport, dev.handle)
+            if got.error == "GPU_IS_LOST":
+                return got.error  # ask again once it is back
+            dev.gpm_error = got.error or ("" if int(got.value.isSupportedDevice) else "NOT_SUPPORTED")
+        return dev.gpm_error
+
+    def _gpm_utilization(self, dev: _Device, gi_ids: List[int]) -> Dict[int, Union[float, NotAvailable]]:
+        """Each GPU instance's SM utilization (percent) between its previous GPM sample and one
+        taken now: NVML's utilization rates are NOT_SUPPORTED with MIG on, GPM's are not. The
+        first sample of an instance has nothing to compare with (NO_DATA). Samples closer than
+        GPM_MIN_INTERVAL keep the previous figure: NVML refreshes its counters at that rate."""
+        support = self._gpm_support(dev)
+        if support:
+            return {gi: NotAvailable(support) for gi in gi_ids}
+        self._gpm_forget(dev, set(gi_ids))
+        out: Dict[int, Union[float, NotAvailable]] = {}
+        now = time.monotonic()
+        for gi in gi_ids:
+            state = dev.gpm.get(gi)
+            if state is not None and now - state.taken < GPM_MIN_INTERVAL:
+                out[gi] = state.value
+                continue
+            buffer = _call(pynvml.nvmlGpmSampleAlloc)
+            if not buffer.ok:
+                out[gi] = NotAvailable(buffer.error)
+                continue
+            got = _call(pynvml.nvmlGpmMigSampleGet, dev.handle, gi, buffer.value)
+            if not got.ok:
+                _call(pynvml.nvmlGpmSampleFree, buffer.value)
+                out[gi] = NotAvailable(got.error)
+                continue
+            fresh = _GpmState(buffer.value, now)
+            if state is not None:
+                fresh.value = self._gpm_sm_util(state.buffer, fresh.buffer)
+                _call(pynvml.nvmlGpmSampleFree, state.buffer)
+            dev.gpm[gi] = fresh
+            out[gi] = fresh.value
+        return out
+
+    @staticmethod
+    def _gpm_sm_util(before: Any, after: Any) -> Union[float, NotAvailable]:
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 1
+        request.sample1 = before
+        request.sample2 = after
+        request.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
+        got = _call(pynvml.nvmlGpmMetricsGet, request)
+        if not got.ok:
+            return NotAvailable(got.error)
+        metric = request.metrics[0]
+        if int(metric.nvmlReturn) != 0:
+            return NotAvailable(_ERROR_NAMES.get(int(metric.nvmlReturn), "UNKNOWN"))
+        return round(min(max(float(metric.value), 0.0), 100.0), 2)
+
+    @staticmethod
+    def _gpm_forget(dev: _Device, keep: Set[int]) -> None:
+        """Free the GPM buffers of GPU instances that are gone (or of all: MIG off, closing)."""
+        for gi in [g for g in dev.gpm if g not in keep]:
+            _call(pynvml.nvmlGpmSampleFree, dev.gpm.pop(gi).buffer)
 
     # ---- processes ---------------------------------------------------------------------------
     @staticmethod
@@ -834,7 +1017,7 @@ class NvmlBackend(Backend):
                     info=dev.info,
                     mig=state,
                     sample=sample,
-                    mig_samples=self._mig_samples(state, mig_devices),
+                    mig_samples=self._mig_samples(dev, state, mig_devices),
                     processes=processes,
                     processes_error=processes_error,
                 )

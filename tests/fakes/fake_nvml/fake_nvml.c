@@ -25,12 +25,26 @@
  * Missing functions are not handled here: the Python helper links a variant with a version
  * script that hides them, so dlsym fails and pynvml raises FUNCTION_NOT_FOUND.
  *
- * Not thread-safe: tests call it from one thread.
+ * GPM (nvmlGpm*): Hopper-style per-GPU-instance counters.  A sample records the time and the
+ * SM-busy time accumulated at the instance's configured SM utilization ("gi ... <sm util>"), so
+ * nvmlGpmMetricsGet computes SM_UTIL from two samples as the driver does: busy time over elapsed
+ * time.  "gpm 0" (the default below Hopper, architecture < 9) makes nvmlGpmQueryDeviceSupport say
+ * isSupportedDevice = 0 and the sampling calls NOT_SUPPORTED.
+ *
+ * Events (nvmlEventSet*): "event <ms> <type> <data> <gi> <ci>" lines make a device raise an event
+ * <ms> after nvmlInit; an event set registered for that type on that device before then delivers
+ * it once from nvmlEventSetWait_v2 (NVML records no event from before registration).
+ *
+ * Thread safety: the tests call the device functions from one thread; the event functions may be
+ * called from another (as the agent's health thread does), and take their own lock.
  */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -298,6 +312,7 @@ typedef struct gpu_instance {
     const gi_profile_t *profile;
     unsigned int start;
     unsigned long long mem_used;
+    double sm_util; /* percent of its SMs busy (GPM) */
 } gpu_instance_t;
 
 typedef struct {
@@ -337,7 +352,19 @@ typedef struct device {
     compute_instance_t ci[MAX_CI];
     fake_process_t procs[MAX_PROCS];
     int n_procs;
+    int gpm_supported;
+    unsigned long long events_supported; /* nvmlDeviceGetSupportedEventTypes */
 } device_t;
+
+#define MAX_EVENTS 64
+
+typedef struct {
+    unsigned int dev;
+    double due; /* monotonic seconds */
+    unsigned long long type;
+    unsigned long long data;
+    unsigned int gi, ci;
+} fake_event_t;
 
 static struct {
     int init_count;
@@ -350,6 +377,9 @@ static struct {
     int n_errors;
     device_t dev[MAX_DEVICES];
     int n_dev;
+    double init_time; /* monotonic seconds at the init that read the config */
+    fake_event_t events[MAX_EVENTS];
+    int n_events;
 } g;
 
 
@@ -539,6 +569,7 @@ static gpu_instance_t *add_gi(device_t *d, const gi_profile_t *p, unsigned int i
         gi->profile = p;
         gi->start = start;
         gi->mem_used = mem_used;
+        gi->sm_util = 0.0;
         return gi;
     }
     return NULL;
@@ -616,7 +647,15 @@ static int add_error(injected_error_t *list, int *n, const char *fn, int code) {
     return 0;
 }
 
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static int load_config(void) {
+    g.init_time = now_seconds();
+    g.n_events = 0;
     memset(&g.errors, 0, sizeof g.errors);
     g.n_errors = 0;
     g.n_dev = 0;
@@ -674,6 +713,7 @@ static int load_config(void) {
             d->max_mig_devices = 7;
             d->mig_mem_slices = 8;
             d->mig_compute_slices = 7;
+            d->events_supported = 0x0F; /* ECC single/double, PState, XID: an Ampere/Hopper board */
             g.n_dev++;
         } else if (d == NULL) {
             goto bad_line;
@@ -736,12 +776,33 @@ static int load_config(void) {
             cp->n_placements = parse_list(pls, cp->placements, MAX_PLACEMENTS);
             p->n_ci++;
         } else if (strcmp(key, "gi") == 0) {
-            /* gi id profile_id start mem_used */
+            /* gi id profile_id start mem_used [sm_util percent] */
             unsigned int id, pid, start;
             unsigned long long used;
-            if (sscanf(rest, "%u %u %u %llu", &id, &pid, &start, &used) != 4) goto bad_line;
+            double sm_util = 0.0;
+            int n = sscanf(rest, "%u %u %u %llu %lf", &id, &pid, &start, &used, &sm_util);
+            if (n != 4 && n != 5) goto bad_line;
             const gi_profile_t *p = profile_by_id(d, pid);
-            if (p == NULL || gi_by_id(d, id) || !add_gi(d, p, id, start, used)) goto bad_line;
+            gpu_instance_t *gi = NULL;
+            if (p == NULL || gi_by_id(d, id) || !(gi = add_gi(d, p, id, start, used))) goto bad_line;
+            gi->sm_util = sm_util;
+        } else if (strcmp(key, "gpm") == 0) {
+            d->gpm_supported = atoi(rest);
+        } else if (strcmp(key, "events_supported") == 0) {
+            d->events_supported = strtoull(rest, NULL, 0);
+        } else if (strcmp(key, "event") == 0) {
+            /* event ms type data gi ci */
+            unsigned int ms, gi, ci;
+            unsigned long long type, data;
+            if (g.n_events >= MAX_EVENTS) goto bad_line;
+            if (sscanf(rest, "%u %llu %llu %u %u", &ms, &type, &data, &gi, &ci) != 5) goto bad_line;
+            fake_event_t *e = &g.events[g.n_events++];
+            e->dev = d->index;
+            e->due = g.init_time + ms / 1000.0;
+            e->type = type;
+            e->data = data;
+            e->gi = gi;
+            e->ci = ci;
         } else if (strcmp(key, "ci") == 0) {
             /* ci gi_id id enum start uuid */
             unsigned int gid, id, enm, start;
@@ -1685,6 +1746,272 @@ EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t h) {
     if (ci_has_processes(ci->dev, ci->gi->id, ci->id)) return NVML_ERROR_IN_USE;
     ci->h.magic = 0;
     ci->mig.magic = 0;
+    return NVML_SUCCESS;
+}
+
+/* ---- GPM ----------------------------------------------------------------------------------- */
+
+#define NVML_GPM_METRIC_SM_UTIL 2
+#define NVML_GPM_METRIC_SM_OCCUPANCY 3
+#define NVML_GPM_METRIC_MAX 210 /* nvml.h of CUDA 12.9; pynvml's array may be longer */
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_SUPPORT_VERSION 1
+#define MAGIC_GPM 0x47504d31
+
+typedef struct nvmlGpmSample_st {
+    unsigned int magic;
+    const device_t *dev;
+    int filled;
+    int mig;             /* a GPU instance's sample (nvmlGpmMigSampleGet) */
+    unsigned int gi;
+    double time;         /* monotonic seconds when taken */
+    double busy;         /* SM-busy seconds accumulated until then */
+} *nvmlGpmSample_t;
+
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct {
+        char *shortName;
+        char *longName;
+        char *unit;
+    } metricInfo;
+} nvmlGpmMetric_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+
+_Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t layout");
+_Static_assert(offsetof(nvmlGpmMetricsGet_t, metrics) == 24, "nvmlGpmMetricsGet_t layout");
+
+EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t h, nvmlGpmSupport_t *support) {
+    device_t *d;
+    int err = resolve_device(h, __func__, &d);
+    if (err) return err;
+    if (support == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (support->version != NVML_GPM_SUPPORT_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->isSupportedDevice = d->gpm_supported ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *out) {
+    CHECK_INIT();
+    if (out == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlGpmSample_t sample = calloc(1, sizeof *sample);
+    if (sample == NULL) return NVML_ERROR_MEMORY;
+    sample->magic = MAGIC_GPM;
+    *out = sample;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    CHECK_INIT();
+    if (sample == NULL || sample->magic != MAGIC_GPM) return NVML_ERROR_INVALID_ARGUMENT;
+    sample->magic = 0;
+    free(sample);
+    return NVML_SUCCESS;
+}
+
+static void gpm_fill(nvmlGpmSample_t sample, const device_t *d, int mig, unsigned int gi, double util) {
+    double t = now_seconds();
+    sample->dev = d;
+    sample->mig = mig;
+    sample->gi = gi;
+    sample->time = t;
+    sample->busy = util / 100.0 * (t - g.init_time); /* busy at a steady rate since init */
+    sample->filled = 1;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t h, nvmlGpmSample_t sample) {
+    device_t *d;
+    int err = resolve_device(h, __func__, &d);
+    if (err) return err;
+    if (sample == NULL || sample->magic != MAGIC_GPM) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->gpm_supported) return NVML_ERROR_NOT_SUPPORTED;
+    double util = d->util_gpu;
+    if (d->mig_current) { /* the whole GPU: its instances' busy SMs over all of its SMs */
+        util = 0.0;
+        for (int i = 0; i < MAX_GI; i++)
+            if (d->gi[i].h.magic == MAGIC_GI)
+                util += d->gi[i].sm_util * d->gi[i].profile->slices / d->mig_compute_slices;
+    }
+    gpm_fill(sample, d, 0, 0, util);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t h, unsigned int gpu_instance_id, nvmlGpmSample_t sample) {
+    device_t *d;
+    int err = resolve_device(h, __func__, &d);
+    if (err) return err;
+    if (sample == NULL || sample->magic != MAGIC_GPM) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->gpm_supported || !d->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
+    if (!d->mig_current) return NVML_ERROR_INVALID_ARGUMENT;
+    gpu_instance_t *gi = gi_by_id(d, gpu_instance_id);
+    if (gi == NULL) return NVML_ERROR_NOT_FOUND;
+    gpm_fill(sample, d, 1, gpu_instance_id, gi->sm_util);
+    return NVML_SUCCESS;
+}
+
+static char sm_util_short[] = "sm_util", sm_util_long[] = "SM utilization", percent_unit[] = "%";
+static char occ_short[] = "sm_occupancy", occ_long[] = "SM occupancy";
+
+EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request) {
+    CHECK_INIT();
+    if (request == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (request->version != NVML_GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlGpmSample_t a = request->sample1, b = request->sample2;
+    if (request->numMetrics > NVML_GPM_METRIC_MAX || a == NULL || b == NULL || a->magic != MAGIC_GPM ||
+        b->magic != MAGIC_GPM || !a->filled || !b->filled)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    /* Two samples of one counter set: the same GPU, or the same GPU instance of it. */
+    if (a->dev != b->dev || a->mig != b->mig || a->gi != b->gi) return NVML_ERROR_INVALID_ARGUMENT;
+    double elapsed = b->time - a->time;
+    for (unsigned int i = 0; i < request->numMetrics; i++) {
+        nvmlGpmMetric_t *m = &request->metrics[i];
+        m->value = 0.0;
+        m->metricInfo.shortName = m->metricInfo.longName = m->metricInfo.unit = NULL;
+        if (elapsed <= 0.0) {
+            m->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT; /* sample2 must come after sample1 */
+            continue;
+        }
+        double util = (b->busy - a->busy) / elapsed * 100.0;
+        if (util > 100.0) util = 100.0;
+        if (util < 0.0) util = 0.0;
+        m->metricInfo.unit = percent_unit;
+        if (m->metricId == NVML_GPM_METRIC_SM_UTIL) {
+            m->nvmlReturn = NVML_SUCCESS;
+            m->value = util;
+            m->metricInfo.shortName = sm_util_short;
+            m->metricInfo.longName = sm_util_long;
+        } else if (m->metricId == NVML_GPM_METRIC_SM_OCCUPANCY) {
+            m->nvmlReturn = NVML_SUCCESS;
+            m->value = util / 2.0; /* half the warps of a busy SM: a plausible figure */
+            m->metricInfo.shortName = occ_short;
+            m->metricInfo.longName = occ_long;
+        } else {
+            m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            m->metricInfo.unit = NULL;
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+/* ---- events -------------------------------------------------------------------------------- */
+
+#define MAGIC_SET 0x45565331
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+_Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t layout");
+
+typedef struct nvmlEventSet_st {
+    unsigned int magic;
+    unsigned long long types[MAX_DEVICES]; /* registered types per device */
+    double since[MAX_DEVICES];             /* when each device was registered */
+    unsigned char delivered[MAX_EVENTS];
+} *nvmlEventSet_t;
+
+static pthread_mutex_t event_lock = PTHREAD_MUTEX_INITIALIZER;
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *out) {
+    CHECK_INIT();
+    if (out == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlEventSet_t set = calloc(1, sizeof *set);
+    if (set == NULL) return NVML_ERROR_MEMORY;
+    set->magic = MAGIC_SET;
+    *out = set;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t h, unsigned long long *types) {
+    device_t *d;
+    int err = resolve_device(h, __func__, &d);
+    if (err) return err;
+    if (types == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *types = d->events_supported;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t h, unsigned long long types, nvmlEventSet_t set) {
+    device_t *d;
+    int err = resolve_device(h, __func__, &d);
+    if (err) return err;
+    if (set == NULL || set->magic != MAGIC_SET) return NVML_ERROR_INVALID_ARGUMENT;
+    if (types & ~d->events_supported) return NVML_ERROR_NOT_SUPPORTED; /* none registered then */
+    pthread_mutex_lock(&event_lock);
+    if (!set->types[d->index]) set->since[d->index] = now_seconds();
+    set->types[d->index] |= types;
+    pthread_mutex_unlock(&event_lock);
+    return NVML_SUCCESS;
+}
+
+/* The next event `set` should deliver now (index), or -1; *next gets the due time of the next
+ * one still to come (0 when none). */
+static int next_event(nvmlEventSet_t set, double now, double *next) {
+    int found = -1;
+    *next = 0.0;
+    for (int i = 0; i < g.n_events; i++) {
+        const fake_event_t *e = &g.events[i];
+        if (set->delivered[i] || !(set->types[e->dev] & e->type) || e->due < set->since[e->dev]) continue;
+        if (e->due <= now) {
+            if (found < 0 || e->due < g.events[found].due) found = i;
+        } else if (*next == 0.0 || e->due < *next) {
+            *next = e->due;
+        }
+    }
+    return found;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    CHECK_INIT();
+    if (set == NULL || set->magic != MAGIC_SET || data == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    double deadline = now_seconds() + timeoutms / 1000.0;
+    for (;;) {
+        double now = now_seconds(), next;
+        pthread_mutex_lock(&event_lock);
+        int i = next_event(set, now, &next);
+        if (i >= 0) {
+            const fake_event_t *e = &g.events[i];
+            set->delivered[i] = 1;
+            data->device = &g.dev[e->dev].h;
+            data->eventType = e->type;
+            data->eventData = e->data;
+            data->gpuInstanceId = e->gi;
+            data->computeInstanceId = e->ci;
+        }
+        pthread_mutex_unlock(&event_lock);
+        if (i >= 0) return NVML_SUCCESS;
+        if (now >= deadline) return NVML_ERROR_TIMEOUT;
+        double until = (next > 0.0 && next < deadline) ? next : deadline;
+        double pause = until - now;
+        if (pause > 0.05) pause = 0.05; /* short naps: a registration meanwhile is seen soon */
+        struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    CHECK_INIT();
+    if (set == NULL || set->magic != MAGIC_SET) return NVML_ERROR_INVALID_ARGUMENT;
+    set->magic = 0;
+    free(set);
     return NVML_SUCCESS;
 }
 
