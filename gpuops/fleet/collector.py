@@ -93,10 +93,25 @@ class FleetEvent:
 
 
 @dataclass(frozen=True)
+class SourceHealth:
+    """How a fleet source that stands between gpuops and the nodes is doing (the PromQL source:
+    is Prometheus answering, with which warnings). The SSH source has none: its health is its
+    nodes'."""
+
+    kind: str  # "prometheus"
+    where: str  # its URL
+    state: str  # CONNECTING, LIVE or UNREACHABLE
+    reason: str = ""
+    warnings: tuple[str, ...] = ()  # partial answers, failed side queries: the figures may be short
+    since: float = 0.0  # wall time when `state` began
+
+
+@dataclass(frozen=True)
 class FleetSnapshot:
     time: float
     interval: float
     nodes: tuple[NodeView, ...]
+    source: SourceHealth | None = None
 
     def count(self, state: str) -> int:
         return sum(1 for n in self.nodes if n.state == state)

@@ -17,6 +17,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from gpuops.core.dcgm import LABELS as DCGM_LABELS
+from gpuops.core.dcgm import dcgm_families
 from gpuops.core.model import Gpu, NodeSample, NotAvailable
 from gpuops.node.limiter import RegionSnapshot, gpu_shares, read_regions
 from gpuops.node.sampler import Latest
@@ -28,8 +30,11 @@ MAX_PROCESS_SERIES = 10000  # `--process-metrics top:N`: N at most this
 GPU_LABELS = ("gpu", "UUID", "device", "modelName", "pci_bus_id", "Hostname", "node")
 MIG_LABELS = ("gpu", "UUID", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID", "Hostname", "node")
 LIMITER_LABELS = ("gpu", "UUID", "Hostname", "node", "tenant")
+XID_LABELS = ("gpu", "UUID", "Hostname", "node", "xid")
 MPS_LABELS = ("gpu", "UUID", "Hostname", "node", "pipe_directory", "user")
-PROCESS_LABELS = ("gpu", "UUID", "Hostname", "node", "pid", "user", "tenant")
+# GPU_I_ID: the MIG GPU instance the process runs in ("" when none), so that a reader of the
+# series (the PromQL fleet source) can put MIG use on its slice, as the agent protocol does.
+PROCESS_LABELS = ("gpu", "UUID", "Hostname", "node", "pid", "user", "tenant", "GPU_I_ID")
 
 
 @dataclass
@@ -72,6 +77,7 @@ class NodeCollector:
     `limiter_dir`: where the limiter's regions are (None: no limiter series). `mps`: the node's
     MPS daemons as the agent's `config` request lists them (None: no MPS series).
     `process_top`: per-process series for the N processes holding the most GPU memory (0: none).
+    `dcgm_compat`: dcgm-exporter's names and units as well (core/dcgm.py).
     """
 
     def __init__(
@@ -82,8 +88,10 @@ class NodeCollector:
         limiter_dir: Optional[str] = None,
         mps: Optional[Callable[[], List[Dict[str, Any]]]] = None,
         process_top: int = 0,
+        dcgm_compat: bool = False,
     ) -> None:
         self.latest = latest
+        self.dcgm_compat = dcgm_compat
         self.node = node
         self.driver_version = driver_version
         self.limiter_dir = limiter_dir
@@ -131,12 +139,15 @@ class NodeCollector:
         taken.add((hostname, node), sample.timestamp)
         out.append(taken)
         out += self._gpu_families(sample, node)
+        out.append(self._xid_family(sample, node))
+        if self.dcgm_compat:
+            out += self._dcgm_families(sample)
         if self.limiter_dir is not None:
             out += self._limiter_families(sample, node)
         if self.mps is not None:
             out += self._mps_families(sample, node)
         if self.process_top:
-            out.append(self._process_family(sample, node))
+            out += self._process_families(sample, node)
         return out
 
     def _gpu_values(self, gpu: Gpu, hostname: str, node: str) -> Tuple[str, ...]:
@@ -168,6 +179,11 @@ class NodeCollector:
         mig_used = gauge(
             "gpuops_mig_instance_memory_used_bytes", "Memory in use in a MIG GPU instance", MIG_LABELS
         )
+        mig_util = gauge(
+            "gpuops_mig_instance_utilization_ratio",
+            "SM utilization of a MIG GPU instance from NVML's GPM (0..1; Hopper and newer)",
+            MIG_LABELS,
+        )
         for gpu in sample.gpus:
             values = self._gpu_values(gpu, sample.hostname, node)
             mode = "" if gpu.mig is None else "enabled" if gpu.mig.current else "disabled"
@@ -186,17 +202,44 @@ class NodeCollector:
                         fam.add(values, round(number * scale, 9) if scale != 1.0 else number)
             profiles = {gi.id: gi.profile_name for gi in gpu.mig.gpu_instances} if gpu.mig else {}
             for mig in gpu.mig_samples:
+                mig_values = (
+                    *values[:4],
+                    profiles.get(mig.gpu_instance_id, ""),
+                    str(mig.gpu_instance_id),
+                    sample.hostname,
+                    node,
+                )
                 number = _number(mig.memory_used_bytes)
                 if number is not None:
-                    mig_values = (
-                        *values[:4],
-                        profiles.get(mig.gpu_instance_id, ""),
-                        str(mig.gpu_instance_id),
-                        sample.hostname,
-                        node,
-                    )
                     mig_used.add(mig_values, number)
-        return [info_f, util, used, total, power, temp, mig_used]
+                number = _number(mig.sm_utilization_percent)
+                if number is not None:  # NOT_SUPPORTED (Ampere), NO_DATA (first sample): none
+                    mig_util.add(mig_values, round(number / 100.0, 9))
+        return [info_f, util, used, total, power, temp, mig_used, mig_util]
+
+    def _xid_family(self, sample: NodeSample, node: str) -> Family:
+        fam = Family(
+            "gpuops_xid_errors_total",
+            "counter",
+            "XID critical errors NVML reported for a GPU since the agent started listening",
+            XID_LABELS,
+        )
+        health = sample.health
+        if health is None:
+            return fam
+        uuids = {gpu.info.index: gpu.info.uuid for gpu in sample.gpus}
+        for count in health.xid_counts:
+            values = (str(count.gpu), uuids.get(count.gpu, ""), sample.hostname, node, str(count.xid))
+            fam.add(values, count.count)
+        return fam
+
+    def _dcgm_families(self, sample: NodeSample) -> List[Family]:
+        out = []
+        for fam in dcgm_families(sample):
+            kept = Family(fam.name, "gauge", fam.help, DCGM_LABELS)
+            kept.samples = fam.samples
+            out.append(kept)
+        return out
 
     def _limiter_families(self, sample: NodeSample, node: str) -> List[Family]:
         limit = Family(
@@ -279,7 +322,16 @@ class NodeCollector:
                     fam.add((*head, str(server.get("user") or server.get("uid") or "")), value)
         return [fam]
 
-    def _process_family(self, sample: NodeSample, node: str) -> Family:
+    def _process_families(self, sample: NodeSample, node: str) -> List[Family]:
+        # The bound says the per-process series are on: a reader then knows that a GPU without
+        # any has no process (none, not "not exported"), and when the list may be cut.
+        limit = Family(
+            "gpuops_process_series_limit",
+            "gauge",
+            "The most per-process series this node exports (--process-metrics top:N); absent when off",
+            ("Hostname", "node"),
+        )
+        limit.add((sample.hostname, node), self.process_top)
         fam = Family(
             "gpuops_process_gpu_memory_used_bytes",
             "gauge",
@@ -303,6 +355,7 @@ class NodeCollector:
                 str(p.pid),
                 p.user,
                 p.tenant or "",
+                "" if p.gpu_instance_id is None else str(p.gpu_instance_id),
             )
             fam.add(values, number)
-        return fam
+        return [limit, fam]

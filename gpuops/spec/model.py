@@ -49,11 +49,13 @@ from gpuops.spec.types import (
     JumpRef,
     KeepaliveInterval,
     LabelKey,
+    LabelMatchers,
     LabelValue,
     LocalPath,
     NodeName,
     PoolName,
     Port,
+    PrometheusUrl,
     RemotePath,
     TeamName,
     Text,
@@ -189,6 +191,20 @@ AttributorName = Annotated[
 ]
 
 
+class SourceOptions(SpecModel):
+    """Where the live views read the fleet from: its nodes over SSH (no `source:`, or no
+    `prometheus`), or a Prometheus that scrapes them; docs/prometheus-source.md."""
+
+    prometheus: PrometheusUrl | None = None
+    """Base URL of Prometheus' HTTP API (or Thanos Query's, Mimir's, VictoriaMetrics'): tui,
+    status, discover, tenants and rebalance read PromQL there. Plan and apply still use SSH."""
+    timeout: Timeout | None = None
+    """How long one round of queries may take before the source counts as unreachable. Default:
+    the interval."""
+    selector: LabelMatchers = ""
+    """Label matchers added to every query (`job="gpuops"`), when the server holds other fleets."""
+
+
 class AttributionOptions(SpecModel):
     """How each GPU process is attributed to a team; docs/tenancy.md."""
 
@@ -242,6 +258,8 @@ class NodeEntry(SpecModel):
 class Fleet(SpecModel):
     """fleet.yaml: the inventory of GPU nodes, the teams that own them and how to reach them."""
 
+    model_config = ConfigDict(serialize_by_alias=True)
+
     @model_validator(mode="before")
     @classmethod
     def _empty_node_list(cls, data: Any) -> Any:
@@ -266,6 +284,9 @@ class Fleet(SpecModel):
     """Which team each GPU process counts for: the attributors to ask, in order (docs/tenancy.md)."""
     pools: dict[PoolName, Pool] = Field(default_factory=dict)
     """GPUs shared by teams, with per-team guarantees (docs/pools.md)."""
+    # Written `source:`; the attribute `source` is where the fleet's values are written (below).
+    live_source: SourceOptions = Field(default_factory=SourceOptions, alias="source")
+    """Where live views read the fleet from: SSH (default) or a Prometheus (docs/prometheus-source.md)."""
 
     _index: _Index | None = PrivateAttr(default=None)
     _doc: Document | None = PrivateAttr(default=None)  # where things are written, when loaded

@@ -12,6 +12,7 @@ import ipaddress
 import math
 import re
 from typing import Annotated, Any, Callable, Literal, Sequence
+from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 
@@ -233,6 +234,50 @@ def check_command(value: Any) -> str:
     return text
 
 
+def parse_prometheus_url(text: str) -> str:
+    """A Prometheus API's base URL (`http://host:port[/prefix]`, without the trailing slash);
+    ValueError saying what is wrong. A query string or fragment is refused: it would be dropped."""
+    raw = text.strip()
+    try:
+        parts = urlsplit(raw)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{text!r}: give an http:// or https:// URL, e.g. http://127.0.0.1:9090")
+    if not parts.hostname:
+        raise ValueError(f"{text!r}: the URL names no host")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{text!r}: a Prometheus URL has no query string or fragment")
+    if port == 0:
+        raise ValueError(f"{text!r}: port 0 is not a port to connect to")
+    return raw.rstrip("/")
+
+
+def check_prometheus_url(value: Any) -> str:
+    text = _string(value, "a URL such as http://prometheus.example.com:9090")
+    try:
+        return parse_prometheus_url(text)
+    except ValueError as exc:
+        raise FieldProblem(str(exc), "the base URL of Prometheus' HTTP API (Thanos, Mimir: theirs)") from None
+
+
+_SELECTOR_RE = re.compile(
+    r"""^\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*"""
+    r"""(,\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*)*\Z"""
+)
+
+
+def check_label_matchers(value: Any) -> str:
+    text = _string(value, 'label matchers such as job="gpuops"')
+    if not _SELECTOR_RE.match(text) or len(text) > MAX_TEXT:
+        raise FieldProblem(
+            f"not PromQL label matchers (got {show(text)})",
+            'matchers without braces, comma separated: job="gpuops", cluster=~"eu-.*"',
+        )
+    return text.strip()
+
+
 def check_remote_path(value: Any) -> str:
     text = _string(value, "a path on the node")
     _word_problems(text, "path")
@@ -368,6 +413,10 @@ RemotePath = Annotated[
     WithJsonSchema({"type": "string", "pattern": REMOTE_PATH_RE.pattern}),
 ]
 Command = Annotated[str, BeforeValidator(check_command), WithJsonSchema({"type": "string"})]
+PrometheusUrl = Annotated[
+    str, BeforeValidator(check_prometheus_url), WithJsonSchema({"type": "string", "format": "uri"})
+]
+LabelMatchers = Annotated[str, BeforeValidator(check_label_matchers), WithJsonSchema({"type": "string"})]
 BackendName = Annotated[
     str,
     BeforeValidator(check_backend),

@@ -269,6 +269,7 @@ def test_schema_describes_the_file() -> None:
         "carve",
         "attribution",
         "pools",
+        "source",
     }
     assert schema["required"] == ["version", "nodes"]
     assert "^x-" in schema["patternProperties"]

@@ -26,6 +26,10 @@ from gpuops.node.sampler import Latest, Sampler
 log = logging.getLogger("gpuops.simfleet")
 
 INTERVAL = 1.0  # the sim fleet's fleet.yaml samples every second
+# Per-process series on, as a site that reads tenants from Prometheus turns them on
+# (`--process-metrics top:N`): the PromQL fleet source attributes processes from them. A
+# simulated node runs a few dozen processes at most, so the bound never cuts.
+PROCESS_TOP = 1000
 
 
 class SimExporters:
@@ -37,9 +41,11 @@ class SimExporters:
         state_dir: Path,
         host: str = "127.0.0.1",
         interval: float = INTERVAL,
+        process_top: int = PROCESS_TOP,
     ) -> None:
         self.host = host
         self.interval = interval
+        self.process_top = process_top
         self.servers: dict[str, MetricsServer] = {}
         self.samplers: dict[str, Sampler] = {}
         self._nodes = list(nodes)
@@ -70,6 +76,7 @@ class SimExporters:
             driver_version=driver,
             limiter_dir=str(node_state / "limiter"),
             mps=lambda: live_config(backend.user_name, control, record, why),
+            process_top=self.process_top,
         )
         return prometheus_render(collector)
 
