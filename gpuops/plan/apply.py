@@ -24,26 +24,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuops.core.mig.layout import MigLayout, layout_of
+from gpuops.core.mig.layout import layout_of
 from gpuops.core.model import Gpu
 from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.fleet.collector import NodeTarget
 from gpuops.fleet.session import node_agent
 from gpuops.fleet.ssh import SshError
 from gpuops.plan.diff import (
-    Terms,
     daemon_devices,
     gpu_fingerprint,
     live_summary,
     payload_actions,
     plan_node,
     show_layout,
-    terms_from_json,
     wanted_daemon,
     what_changed,
 )
 from gpuops.plan.live import NodeLive, read_node
-from gpuops.plan.model import Action, GpuPlan, NodePlan
+from gpuops.plan.model import Action, GpuPlan, MpsPayload, NodePlan, Terms
 from gpuops.spec import Fleet
 
 UNCHANGED, CHANGED, PARTIAL, REFUSED, FAILED = "unchanged", "changed", "partial", "refused", "failed"
@@ -198,12 +196,12 @@ class _NodeApply:
     # -- MIG -------------------------------------------------------------------------------------
 
     async def _mig(self, gpus: Sequence[GpuPlan]) -> None:
-        changes = [
+        changes: list[dict[str, Any]] = [
             {
                 "gpu": g.index,
-                "layout": g.mig["layout"],
-                "expect": g.mig["expect"],
-                "known_pids": g.mig.get("known_pids", []),
+                "layout": g.mig.layout.to_json(),
+                "expect": g.mig.expect,
+                "known_pids": list(g.mig.known_pids),
             }
             for g in gpus
             if g.mig is not None and g.index not in self.failed
@@ -246,9 +244,9 @@ class _NodeApply:
             if gpu is None:
                 self._refuse(plan.index, "is gone")
                 continue
-            for device in daemon_devices(gpu, bool(plan.mps["per_instance"])):
+            for device in daemon_devices(gpu, plan.mps.per_instance):
                 changes.append(self._mps_change(plan.mps, gpu, device))
-            wanted = set(daemon_devices(gpu, bool(plan.mps["per_instance"])))
+            wanted = set(daemon_devices(gpu, plan.mps.per_instance))
             for d in self.live.daemons_of(gpu):
                 if d.device not in wanted and d.running and plan.mig is None:
                     changes.append({**self._mps_change(plan.mps, gpu, d.device), "enabled": False})
@@ -256,25 +254,23 @@ class _NodeApply:
             await self._mps_request(changes, "")
 
     @staticmethod
-    def _mps_change(mps: dict[str, Any], gpu: Gpu, device: str) -> dict[str, Any]:
+    def _mps_change(mps: MpsPayload, gpu: Gpu, device: str) -> dict[str, Any]:
         return {
             "device": device,
             "gpu": gpu.info.index,
-            "enabled": bool(mps["enabled"]),
-            "pipe_directory": f"{mps['pipe_directory']}/{device}",
-            "log_directory": f"{mps['log_directory']}/{device}",
-            "active_thread_percentage": mps["active_thread_percentage"],
-            "pinned_memory_limit": mps["pinned_memory_limit"],
-            "tenants": mps["tenants"],
+            "enabled": mps.enabled,
+            "pipe_directory": f"{mps.pipe_directory}/{device}",
+            "log_directory": f"{mps.log_directory}/{device}",
+            "active_thread_percentage": mps.active_thread_percentage,
+            "pinned_memory_limit": mps.pinned_memory_limit,
+            "tenants": [t.to_json() for t in mps.tenants],
         }
 
     # -- limiter ---------------------------------------------------------------------------------
 
     async def _limiter(self, gpus: Sequence[GpuPlan]) -> None:
         wanted = {
-            g.index: terms_from_json(g.limiter)
-            for g in gpus
-            if g.limiter is not None and g.index not in self.failed
+            g.index: sorted(g.limiter) for g in gpus if g.limiter is not None and g.index not in self.failed
         }
         if not wanted:
             return
@@ -316,13 +312,13 @@ def verify_gpu(plan: GpuPlan, gpu: Gpu, live: NodeLive) -> list[str]:
     """What is not as the plan asked on a GPU after apply."""
     problems = []
     if plan.mig is not None:
-        want = MigLayout.from_json(plan.mig["layout"])
+        want = plan.mig.layout
         have = layout_of(gpu)
         if have != want:
             problems.append(f"MIG layout is {show_layout(have, None)}, not the planned one")
     if plan.mps is not None and live.mps is not None:
         daemons = {d.device: d for d in live.daemons_of(gpu)}
-        for device in daemon_devices(gpu, bool(plan.mps["per_instance"])):
+        for device in daemon_devices(gpu, plan.mps.per_instance):
             want_d = wanted_daemon(plan.mps, device)
             have_d = daemons.get(device)
             have_settings = have_d.settings() if have_d is not None else {"running": False}
@@ -330,7 +326,7 @@ def verify_gpu(plan: GpuPlan, gpu: Gpu, live: NodeLive) -> list[str]:
                 want_d["running"] and have_settings != want_d
             ):
                 problems.append(f"MPS daemon on {device} is not as planned")
-    if plan.limiter is not None and live.limiter_terms(gpu) != terms_from_json(plan.limiter):
+    if plan.limiter is not None and live.limiter_terms(gpu) != sorted(plan.limiter):
         problems.append("the limiter lines for this GPU are not the planned ones")
     return problems
 

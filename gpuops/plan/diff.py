@@ -31,17 +31,18 @@ from gpuops.plan.model import (
     REMOVE,
     Action,
     GpuPlan,
+    MigPayload,
+    MpsPayload,
+    MpsTenantPayload,
     NodePlan,
     Plan,
     Proc,
+    Terms,
     state_fingerprint,
 )
 from gpuops.spec import Fleet
 from gpuops.spec.desired import DesiredMps
 from gpuops.spec.desired_gpu import DesiredGpu
-
-Terms = tuple[str, int | None, float | None, str, str]
-
 
 # ---- showing things ------------------------------------------------------------------------------
 
@@ -202,7 +203,7 @@ def _on_instance(gpu: Gpu, spec: InstanceSpec) -> list[GpuProcess]:
 # ---- MPS -----------------------------------------------------------------------------------------
 
 
-def mps_payload(fleet: Fleet, mps: DesiredMps, per_instance: bool) -> dict[str, Any]:
+def mps_payload(fleet: Fleet, mps: DesiredMps, per_instance: bool) -> MpsPayload:
     """What apply sends for each daemon of the GPU (devices are resolved at apply time, after any
     MIG change has made the MIG devices)."""
     tenants = []
@@ -210,37 +211,37 @@ def mps_payload(fleet: Fleet, mps: DesiredMps, per_instance: bool) -> dict[str, 
         values = mps.for_tenant(t.name)
         team = fleet.teams.get(t.name)
         tenants.append(
-            {
-                "name": t.name,
-                "users": list(team.users) if team is not None else [],
-                "active_thread_percentage": values.active_thread_percentage,
-                "pinned_memory_limit": values.pinned_memory_limit,
-            }
+            MpsTenantPayload(
+                name=t.name,
+                users=tuple(team.users) if team is not None else (),
+                active_thread_percentage=values.active_thread_percentage,
+                pinned_memory_limit=values.pinned_memory_limit,
+            )
         )
-    return {
-        "enabled": mps.enabled,
-        "per_instance": per_instance,
-        "pipe_directory": mps.pipe_directory,
-        "log_directory": mps.log_directory,
-        "active_thread_percentage": mps.active_thread_percentage,
-        "pinned_memory_limit": mps.pinned_memory_limit,
-        "tenants": tenants,
-    }
+    return MpsPayload(
+        enabled=mps.enabled,
+        per_instance=per_instance,
+        pipe_directory=mps.pipe_directory,
+        log_directory=mps.log_directory,
+        active_thread_percentage=mps.active_thread_percentage,
+        pinned_memory_limit=mps.pinned_memory_limit,
+        tenants=tuple(tenants),
+    )
 
 
-def wanted_daemon(payload: dict[str, Any], device: str) -> dict[str, Any]:
+def wanted_daemon(payload: MpsPayload, device: str) -> dict[str, Any]:
     """MpsDaemon.settings() of the daemon `payload` wants on `device`."""
     return {
-        "running": bool(payload["enabled"]),
-        "pipe_directory": f"{payload['pipe_directory']}/{device}",
-        "active_thread_percentage": mps_threads(payload["active_thread_percentage"]),
-        "pinned_memory_limit": payload["pinned_memory_limit"],
+        "running": payload.enabled,
+        "pipe_directory": f"{payload.pipe_directory}/{device}",
+        "active_thread_percentage": mps_threads(payload.active_thread_percentage),
+        "pinned_memory_limit": payload.pinned_memory_limit,
         "tenants": {
-            t["name"]: {
-                "active_thread_percentage": mps_threads(t["active_thread_percentage"]),
-                "pinned_memory_limit": t["pinned_memory_limit"],
+            t.name: {
+                "active_thread_percentage": mps_threads(t.active_thread_percentage),
+                "pinned_memory_limit": t.pinned_memory_limit,
             }
-            for t in sorted(payload["tenants"], key=lambda t: t["name"])
+            for t in sorted(payload.tenants, key=lambda t: t.name)
         },
     }
 
@@ -262,7 +263,7 @@ def daemon_devices(gpu: Gpu, per_instance: bool) -> list[str]:
 
 
 def _mps_diff(
-    payload: dict[str, Any],
+    payload: MpsPayload,
     devices: Sequence[str],
     daemons: Sequence[MpsDaemon],
     users: dict[int, GpuProcess],
@@ -306,14 +307,6 @@ def desired_terms(desired: DesiredGpu) -> list[Terms] | None:
     return sorted((t.name, t.memory, t.compute, t.policy, t.klass) for t in desired.limiter.tenants)
 
 
-def terms_json(terms: Sequence[Terms]) -> list[dict[str, Any]]:
-    return [{"name": n, "memory": m, "compute": c, "policy": p, "class": k} for n, m, c, p, k in terms]
-
-
-def terms_from_json(lines: Sequence[dict[str, Any]]) -> list[Terms]:
-    return sorted((t["name"], t["memory"], t["compute"], t["policy"], t["class"]) for t in lines)
-
-
 def limiter_actions(old: Sequence[Terms], new: Sequence[Terms]) -> list[Action]:
     before = {t[0]: t for t in old}
     after = {t[0]: t for t in new}
@@ -340,9 +333,9 @@ def limiter_actions(old: Sequence[Terms], new: Sequence[Terms]) -> list[Action]:
 def payload_actions(
     gpu: Gpu,
     live: NodeLive,
-    mig: dict[str, Any] | None,
-    mps: dict[str, Any] | None,
-    limiter: list[dict[str, Any]] | None,
+    mig: MigPayload | None,
+    mps: MpsPayload | None,
+    limiter: Sequence[Terms] | None,
 ) -> list[Action]:
     """The plan's lines for these payloads against the GPU as it is now. A plan made here and a
     saved plan being applied both show this, so what is shown is what the payloads will do."""
@@ -351,11 +344,11 @@ def payload_actions(
     new = old
     if mig is not None:
         # A GPU without MIG is shown as MIG off: the node refuses the change, and says so.
-        new = MigLayout.from_json(mig["layout"])
+        new = mig.layout
         actions += mig_actions(gpu, old if old is not None else MigLayout(False), new)
     if mps is not None:
         users = {p.pid: p for p in gpu.processes}
-        if mig is not None and mps["per_instance"]:
+        if mig is not None and mps.per_instance:
             # The MIG devices are made by the apply; their daemons are started after it.
             for d in live.daemons_of(gpu):
                 if d.running:
@@ -363,15 +356,15 @@ def payload_actions(
                     actions.append(
                         Action(MPS, REMOVE, f"MPS daemon on {d.device} (MIG change)", True, clients)
                     )
-            if mps["enabled"]:
+            if mps.enabled:
                 n = len(new.instances) if new is not None else 0
-                values = _mps_values(mps["active_thread_percentage"], mps["pinned_memory_limit"])
+                values = _mps_values(mps.active_thread_percentage, mps.pinned_memory_limit)
                 actions.append(Action(MPS, ADD, f"MPS daemon on each of the {n} new MIG devices ({values})"))
         else:
-            devices = daemon_devices(gpu, bool(mps["per_instance"]))
+            devices = daemon_devices(gpu, mps.per_instance)
             actions += _mps_diff(mps, devices, live.daemons_of(gpu), users)
     if limiter is not None:
-        actions += limiter_actions(live.limiter_terms(gpu), terms_from_json(limiter))
+        actions += limiter_actions(live.limiter_terms(gpu), sorted(limiter))
     return actions
 
 
@@ -387,7 +380,7 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
         memory_total=info.memory_total_bytes if isinstance(info.memory_total_bytes, int) else None,
     )
     problems = [str(p) for p in desired.problems]
-    mig_payload = None
+    mig_payload: MigPayload | None = None
     new = old
     if desired.mig is not None and not problems:
         if old is None:
@@ -402,15 +395,15 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
                 problems.append(f"{desired.mig.location}: GPU {info.index} ({info.name}): {reason}")
             elif target != old or _pending(gpu):
                 victims = sorted({p.pid for a in mig_actions(gpu, old, target) for p in a.processes})
-                mig_payload = {"layout": target.to_json(), "expect": fingerprint(gpu), "known_pids": victims}
+                mig_payload = MigPayload(target, fingerprint(gpu), tuple(victims))
                 new = target
-    mps = None
+    mps: MpsPayload | None = None
     if desired.mps is not None and not problems:
         if live.mps is None:
             problems.append(f"node {live.name}: its agent cannot manage MPS (update gpuops on the node)")
         else:
             mps = mps_payload(fleet, desired.mps, bool(new is not None and new.enabled))
-    limiter = None
+    limiter: tuple[Terms, ...] | None = None
     wanted_terms = desired_terms(desired)
     if wanted_terms is not None and not problems:
         if live.limiter is None:
@@ -418,7 +411,7 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
                 f"node {live.name}: its agent cannot write the limiter table (update gpuops on the node)"
             )
         else:
-            limiter = terms_json(wanted_terms)
+            limiter = tuple(wanted_terms)
     if problems:
         actions: list[Action] = []
         mig_payload = mps = limiter = None

@@ -21,10 +21,14 @@ from gpuops.plan.model import (
     REMOVE,
     Action,
     GpuPlan,
+    MigPayload,
+    MpsPayload,
+    MpsTenantPayload,
     NodePlan,
     Plan,
     PlanError,
     Proc,
+    Terms,
 )
 
 _TEXT = "a string"
@@ -87,7 +91,7 @@ def _percent(value: Any) -> bool:
 # ---- payloads ------------------------------------------------------------------------------------
 
 
-def _mig(data: dict[str, Any], where: str) -> dict[str, Any] | None:
+def _mig(data: dict[str, Any], where: str) -> MigPayload | None:
     mig = data.get("mig")
     if mig is None:
         return None
@@ -95,66 +99,76 @@ def _mig(data: dict[str, Any], where: str) -> dict[str, Any] | None:
     if not isinstance(mig, dict):
         raise PlanError(f"{where}: expected an object")
     try:
-        MigLayout.from_json(mig.get("layout"))
+        layout = MigLayout.from_json(mig.get("layout"))
     except ValueError as exc:
         raise PlanError(f"{where}.layout: {exc}") from None
-    _req(mig, "expect", str, where)
+    expect = _req(mig, "expect", str, where)
     pids = mig.get("known_pids", [])
     if not isinstance(pids, list) or not all(_is_int(p) for p in pids):
         raise PlanError(f"{where}.known_pids: expected a list of process ids")
-    return mig
+    return MigPayload(layout, expect, tuple(pids))
 
 
-def _mps_tenant(data: Any, where: str) -> None:
-    _req(data, "name", str, where)
+def _mps_tenant(data: Any, where: str) -> MpsTenantPayload:
+    name = _req(data, "name", str, where)
     users = _req(data, "users", list, where)
     if not all(isinstance(u, str) for u in users):
         raise PlanError(f"{where}.users: expected a list of user names")
-    _nullable(data, "active_thread_percentage", _percent, "a percentage from 1 to 100", where)
-    _nullable(data, "pinned_memory_limit", _size, "a size in bytes", where)
+    return MpsTenantPayload(
+        name=name,
+        users=tuple(users),
+        active_thread_percentage=_nullable(
+            data, "active_thread_percentage", _percent, "a percentage from 1 to 100", where
+        ),
+        pinned_memory_limit=_nullable(data, "pinned_memory_limit", _size, "a size in bytes", where),
+    )
 
 
-def _mps(data: dict[str, Any], where: str) -> dict[str, Any] | None:
+def _mps(data: dict[str, Any], where: str) -> MpsPayload | None:
     mps = data.get("mps")
     if mps is None:
         return None
     where = f"{where}.mps"
     if not isinstance(mps, dict):
         raise PlanError(f"{where}: expected an object")
-    for key in ("enabled", "per_instance"):
-        _req(mps, key, bool, where)
-    for key in ("pipe_directory", "log_directory"):
-        _req(mps, key, str, where)
-    _nullable(mps, "active_thread_percentage", _percent, "a percentage from 1 to 100", where)
-    _nullable(mps, "pinned_memory_limit", _size, "a size in bytes", where)
-    names = set()
-    for i, tenant in enumerate(_req(mps, "tenants", list, where)):
-        _mps_tenant(tenant, f"{where}.tenants[{i}]")
-        if tenant["name"] in names:
-            raise PlanError(f"{where}.tenants[{i}]: tenant {tenant['name']!r} is listed twice")
-        names.add(tenant["name"])
-    return mps
+    enabled, per_instance = (_req(mps, key, bool, where) for key in ("enabled", "per_instance"))
+    pipe_directory, log_directory = (
+        _req(mps, key, str, where) for key in ("pipe_directory", "log_directory")
+    )
+    threads = _nullable(mps, "active_thread_percentage", _percent, "a percentage from 1 to 100", where)
+    pinned = _nullable(mps, "pinned_memory_limit", _size, "a size in bytes", where)
+    tenants: list[MpsTenantPayload] = []
+    for i, item in enumerate(_req(mps, "tenants", list, where)):
+        tenant = _mps_tenant(item, f"{where}.tenants[{i}]")
+        if any(t.name == tenant.name for t in tenants):
+            raise PlanError(f"{where}.tenants[{i}]: tenant {tenant.name!r} is listed twice")
+        tenants.append(tenant)
+    return MpsPayload(enabled, per_instance, pipe_directory, log_directory, threads, pinned, tuple(tenants))
 
 
-def _limiter(data: dict[str, Any], where: str) -> list[dict[str, Any]] | None:
+def _limiter(data: dict[str, Any], where: str) -> tuple[Terms, ...] | None:
     lines = data.get("limiter")
     if lines is None:
         return None
     where = f"{where}.limiter"
     if not isinstance(lines, list):
         raise PlanError(f"{where}: expected a list of tenant lines")
-    names = set()
+    terms: list[Terms] = []
     for i, line in enumerate(lines):
         at = f"{where}[{i}]"
         name = _req(line, "name", str, at)
-        if name in names:
+        if any(t[0] == name for t in terms):
             raise PlanError(f"{at}: tenant {name!r} is listed twice")
-        names.add(name)
-        _nullable(line, "memory", _size, "a size in bytes", at)
-        _nullable(line, "compute", lambda v: _is_number(v) and 0 < v <= 100, "a percentage", at)
-        _req(line, "policy", str, at)
-        _req(line, "class", str, at)
-    return lines
+        terms.append(
+            (
+                name,
+                _nullable(line, "memory", _size, "a size in bytes", at),
+                _nullable(line, "compute", lambda v: _is_number(v) and 0 < v <= 100, "a percentage", at),
+                _req(line, "policy", str, at),
+                _req(line, "class", str, at),
+            )
+        )
+    return tuple(terms)
 
 
 # ---- actions, GPUs, nodes --------------------------------------------------------------------------

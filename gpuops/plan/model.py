@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from gpuops.core.mig.layout import MigLayout
 
 PLAN_FORMAT = "gpuops-plan"
 PLAN_VERSION = 2  # 2: the document carries a digest of itself (plan/saved.py)
@@ -57,6 +60,69 @@ class Action:
         }
 
 
+# ---- payloads: what apply sends to a GPU's node, saved in the plan as they will be sent --------
+
+# One limiter tenant line of a GPU: name, memory (bytes), compute (percent), policy, class.
+Terms = tuple[str, int | None, float | None, str, str]
+
+
+def terms_json(terms: Sequence[Terms]) -> list[dict[str, Any]]:
+    return [{"name": n, "memory": m, "compute": c, "policy": p, "class": k} for n, m, c, p, k in terms]
+
+
+@dataclass(frozen=True)
+class MigPayload:
+    """A GPU's MIG change (one change of a mig_apply request)."""
+
+    layout: MigLayout  # the target, explicit placements with compute instances
+    expect: str  # the GPU's fingerprint when the plan was made: the node refuses otherwise
+    known_pids: tuple[int, ...] = ()  # the processes the plan stops; the node stops no other
+
+    def to_json(self) -> dict[str, Any]:
+        return {"layout": self.layout.to_json(), "expect": self.expect, "known_pids": list(self.known_pids)}
+
+
+@dataclass(frozen=True)
+class MpsTenantPayload:
+    name: str
+    users: tuple[str, ...]  # the team's unix users, whose MPS servers get these values
+    active_thread_percentage: int | None
+    pinned_memory_limit: int | None  # bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "users": list(self.users),
+            "active_thread_percentage": self.active_thread_percentage,
+            "pinned_memory_limit": self.pinned_memory_limit,
+        }
+
+
+@dataclass(frozen=True)
+class MpsPayload:
+    """The MPS wanted for each daemon of a GPU: one for the GPU, or one per MIG device
+    (`per_instance`); the devices are read at apply time, after any MIG change made them."""
+
+    enabled: bool
+    per_instance: bool
+    pipe_directory: str  # each daemon's pipe directory is this plus /<device>
+    log_directory: str
+    active_thread_percentage: int | None
+    pinned_memory_limit: int | None  # bytes
+    tenants: tuple[MpsTenantPayload, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "per_instance": self.per_instance,
+            "pipe_directory": self.pipe_directory,
+            "log_directory": self.log_directory,
+            "active_thread_percentage": self.active_thread_percentage,
+            "pinned_memory_limit": self.pinned_memory_limit,
+            "tenants": [t.to_json() for t in self.tenants],
+        }
+
+
 @dataclass(frozen=True)
 class GpuPlan:
     """One GPU: its actions and problems, the payloads `apply` sends to the agent, and the live
@@ -69,9 +135,9 @@ class GpuPlan:
     live: dict[str, Any]
     actions: tuple[Action, ...] = ()
     problems: tuple[str, ...] = ()
-    mig: dict[str, Any] | None = None  # {"layout": MigLayout json, "expect": fingerprint}
-    mps: dict[str, Any] | None = None  # the MPS settings wanted (see diff.mps_payload)
-    limiter: list[dict[str, Any]] | None = None  # the tenant lines wanted on this GPU
+    mig: MigPayload | None = None
+    mps: MpsPayload | None = None
+    limiter: tuple[Terms, ...] | None = None  # the tenant lines wanted on this GPU
 
     @property
     def changes(self) -> bool:
@@ -94,9 +160,9 @@ class GpuPlan:
             "live": self.live,
             "actions": [a.to_json() for a in self.actions],
             "problems": list(self.problems),
-            "mig": self.mig,
-            "mps": self.mps,
-            "limiter": self.limiter,
+            "mig": self.mig.to_json() if self.mig is not None else None,
+            "mps": self.mps.to_json() if self.mps is not None else None,
+            "limiter": terms_json(self.limiter) if self.limiter is not None else None,
         }
 
 

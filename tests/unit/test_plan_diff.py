@@ -64,7 +64,7 @@ def test_mig_diff_places_with_the_solver_and_marks_destruction() -> None:
     (victims,) = [a.processes for a in gpu0.actions if a.text == "instance 2g.10gb@0"]
     assert [p.user for p in victims] == ["alice"]
     assert next((a.marker, a.text) for a in gpu1.actions) == ("~", "MIG mode off -> on")
-    assert gpu0.mig is not None and gpu0.mig["expect"]
+    assert gpu0.mig is not None and gpu0.mig.expect
 
 
 def test_an_impossible_layout_is_a_located_problem_and_no_action() -> None:
@@ -96,9 +96,7 @@ def test_limiter_lines_per_gpu_and_the_composed_table() -> None:
     assert not node.gpus[1].actions and not node.gpus[2].actions  # not selected: left as they are
 
     assert gpu0.limiter is not None
-    table = compose_table(
-        live, {0: [(t["name"], t["memory"], t["compute"], t["policy"], t["class"]) for t in gpu0.limiter]}
-    )
+    table = compose_table(live, {0: list(gpu0.limiter)})
     assert sorted(table, key=json.dumps) == sorted(
         [
             {

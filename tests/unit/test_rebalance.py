@@ -98,7 +98,7 @@ def test_a_gpu_given_back_leaves_the_pool_and_plan_clears_its_lines() -> None:
     assert [(a.marker, a.text) for a in gpus[1].actions] == [
         ("-", "limiter tenant *: memory uncapped, no compute share, best-effort, offline")
     ]
-    assert gpus[1].limiter == []  # the GPU's table emptied, as a silo GPU's
+    assert gpus[1].limiter == ()  # the GPU's table emptied, as a silo GPU's
     assert not gpus[0].actions  # still the pool's, as it was
 
     # planning again (same evidence) keeps the entry and changes nothing: the idle GPU given back

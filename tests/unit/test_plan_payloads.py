@@ -1,0 +1,48 @@
+"""A GPU plan's payloads (what apply sends) are typed (plan/model.py: MigPayload, MpsPayload,
+limiter Terms), and the saved document is the JSON it always was: same keys, same values, read
+back to the same plan and written again to the same document."""
+
+from __future__ import annotations
+
+import json
+
+from gpuops.core.mig.layout import MigLayout
+from gpuops.plan.model import MigPayload, MpsPayload, MpsTenantPayload
+from gpuops.plan.saved import parse_plan, plan_document
+from tests.unit.test_saved_plan_fuzz import DOCUMENT, PLAN, SOURCE
+
+
+def test_the_payloads_are_typed() -> None:
+    gpu0, gpu1 = PLAN.nodes[0].gpus
+    assert isinstance(gpu0.mig, MigPayload) and isinstance(gpu0.mig.layout, MigLayout)
+    assert gpu0.mig.known_pids and all(isinstance(p, int) for p in gpu0.mig.known_pids)
+    assert isinstance(gpu0.mps, MpsPayload) and gpu0.mps.per_instance is True
+    assert gpu0.mps.tenants == (MpsTenantPayload("vision", ("alice",), 50, 1 << 30),)  # 50: the default
+    assert gpu1.limiter is not None and [t[0] for t in gpu1.limiter] == ["nlp", "vision"]
+
+
+def test_the_document_keeps_its_json() -> None:
+    gpu0, gpu1 = DOCUMENT["nodes"][0]["gpus"]
+    mig = gpu0["mig"]
+    assert list(mig) == ["layout", "expect", "known_pids"]
+    assert MigLayout.from_json(mig["layout"]) == PLAN.nodes[0].gpus[0].mig.layout  # type: ignore[union-attr]
+    assert list(gpu0["mps"]) == [
+        "enabled",
+        "per_instance",
+        "pipe_directory",
+        "log_directory",
+        "active_thread_percentage",
+        "pinned_memory_limit",
+        "tenants",
+    ]
+    (tenant,) = gpu0["mps"]["tenants"]
+    assert list(tenant) == ["name", "users", "active_thread_percentage", "pinned_memory_limit"]
+    assert isinstance(tenant["users"], list)
+    assert [list(line) for line in gpu1["limiter"]] == [["name", "memory", "compute", "policy", "class"]] * 2
+    assert gpu1["mig"] is None and gpu1["mps"] is None
+
+
+def test_a_saved_plan_reads_back_and_writes_the_same_document() -> None:
+    again = parse_plan(json.dumps(DOCUMENT, indent=2).encode(), SOURCE)
+    assert again == PLAN
+    assert plan_document(again) == DOCUMENT
