@@ -57,6 +57,12 @@ def register(app: typer.Typer) -> None:
             metavar="top:N",
             help="With --metrics: series for the N processes holding the most GPU memory.",
         ),
+        dcgm_compat: bool = typer.Option(
+            False,
+            "--dcgm-compat",
+            help="With --metrics: dcgm-exporter's names and units as well (DCGM_FI_DEV_*), for "
+            "dashboards written for it. Off by default: a node may run dcgm-exporter too.",
+        ),
     ) -> None:
         """Serve the node agent protocol (used by the fleet over SSH, or by hand for debugging)."""
         from gpuops.node.main import run_agent
@@ -84,10 +90,11 @@ def register(app: typer.Typer) -> None:
                     str(mps_control) if mps_control else None,
                     str(history_dir) if history_dir else None,
                     record=record,
+                    dcgm_compat=dcgm_compat,
                 )
             )
-        if interval is not None or process_metrics is not None:
-            fail("--interval and --process-metrics go with --metrics", code=2)
+        if interval is not None or process_metrics is not None or dcgm_compat:
+            fail("--interval, --process-metrics and --dcgm-compat go with --metrics", code=2)
         if stdio and record:
             fail("give one of --stdio (serve the protocol) or --record (keep history), not both", code=2)
         if not stdio and not record:

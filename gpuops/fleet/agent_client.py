@@ -295,8 +295,17 @@ class AgentClient:
         node: Node = self._decode(Node, await self.request("inventory"))
         return node
 
+    def _extras(self) -> list[str]:
+        """The optional parts of a sample this side reads, when the agent offers them: an older
+        agent refuses the argument, an older operator's decoder the fields (core/protocol.py)."""
+        if self.hello is not None and "extras" in self.hello.capabilities:
+            return list(proto.EXTRAS)
+        return []
+
     async def sample(self) -> NodeSample:
-        sample: NodeSample = self._decode(NodeSample, await self.request("sample"))
+        extras = self._extras()
+        result = await self.request("sample", {"extras": extras} if extras else None)
+        sample: NodeSample = self._decode(NodeSample, result)
         return sample
 
     async def mig_apply(
@@ -344,6 +353,9 @@ class AgentClient:
         # Every node samples at the same instants: one moment per snapshot, one burst to take in.
         if self.hello is not None and "align" in self.hello.capabilities:
             args["align"] = True
+        extras = self._extras()
+        if extras:
+            args["extras"] = extras
         if count is not None:
             args["count"] = count
         return args

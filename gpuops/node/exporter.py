@@ -54,6 +54,7 @@ def run_exporter(
     mps_control: Optional[str] = None,
     history_dir: Optional[str] = None,
     record: bool = False,
+    dcgm_compat: bool = False,
 ) -> int:
     """Serve /metrics on `listen` until SIGTERM or SIGINT (exit 0). Bad options, a used port or
     a backend that cannot start: one line on stderr, exit 1 (2 for a malformed option)."""
@@ -91,6 +92,7 @@ def run_exporter(
 
         limiter_dir = DEFAULT_DIR
     service = _Service(host, port, backend_name, sim_spec, interval, top, state_dir, limiter_dir, mps_control)
+    service.dcgm_compat = dcgm_compat
     try:
         history = (history_dir or os.path.join(state_dir, "history")) if record else None
         return asyncio.run(service.main(history))
@@ -120,6 +122,7 @@ class _Service:
         self.state_dir = state_dir
         self.limiter_dir = limiter_dir
         self.mps_control = mps_control
+        self.dcgm_compat = False
         # NVML handles are not documented as thread-safe: every backend call, sampling and the
         # MPS reading of a scrape alike, runs on this one thread (as in the agent).
         self.worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpuops-backend")
@@ -180,6 +183,7 @@ class _Service:
             limiter_dir=self.limiter_dir,
             mps=self._mps(backend),
             process_top=self.top,
+            dcgm_compat=self.dcgm_compat,
         )
         server.render = prometheus_render(collector)
         print(

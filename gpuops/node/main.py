@@ -142,6 +142,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         metavar="top:N",
         help="with --metrics: series for the N processes holding the most GPU memory",
     )
+    agent.add_argument(
+        "--dcgm-compat",
+        action="store_true",
+        help="with --metrics: dcgm-exporter's names and units as well (DCGM_FI_DEV_*; off by default)",
+    )
     args = parser.parse_args(argv)
     if args.command != "agent":
         parser.print_help(sys.stderr)
@@ -163,9 +168,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             args.mps_control,
             args.history_dir,
             record=args.record,
+            dcgm_compat=args.dcgm_compat,
         )
-    if args.interval is not None or args.process_metrics is not None:
-        agent.error("--interval and --process-metrics go with --metrics")
+    if args.interval is not None or args.process_metrics is not None or args.dcgm_compat:
+        agent.error("--interval, --process-metrics and --dcgm-compat go with --metrics")
     if args.stdio == args.record:
         agent.error("give one of --stdio (serve the protocol), --record (keep history) or --metrics ADDRESS")
     if args.record:

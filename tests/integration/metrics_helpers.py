@@ -33,12 +33,12 @@ def demo_spec(tmp_path: Path, epoch: float | None = None) -> Path:
 
 @contextmanager
 def running_exporter(
-    *args: str, entry: tuple[str, ...] = ("gpuops",)
+    *args: str, entry: tuple[str, ...] = ("gpuops",), env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """`gpuops agent --metrics 127.0.0.1:0 ARGS` (or `python -m gpuops.node agent ...`) as a
     process; yields (url, process) once it serves; SIGTERM at the end, which must exit 0."""
     command = [sys.executable, "-m", *entry, "agent", "--metrics", "127.0.0.1:0", *args]
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=REPO)
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=REPO, env=env)
     assert proc.stderr is not None
     try:
         seen = b""

@@ -479,3 +479,17 @@ TestMigCalls = MigCalls.TestCase
 TestMigCalls.settings = settings(
     max_examples=60, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+
+
+def test_mig_instance_utilization_as_gpm_gives_it() -> None:
+    """Hopper's NVML gives each GPU instance's SM utilization (GPM); Ampere's says NOT_SUPPORTED."""
+    hopper = node("H100-80GB", mig={"enabled": True, "layout": ["3g.40gb", "2g.20gb"]}, workloads=MIG_WORK)
+    gpu = hopper.sample().gpus[0]
+    gis = {gi.profile_name: gi.id for gi in gpu.mig.gpu_instances}  # type: ignore[union-attr]
+    util = {s.gpu_instance_id: s.sm_utilization_percent for s in gpu.mig_samples}
+    busy = util[gis["3g.40gb"]]
+    assert isinstance(busy, float) and 40.0 <= busy <= 80.0  # the steady 60% job, with its noise
+    assert util[gis["2g.20gb"]] == 0.0  # nothing runs there yet
+    ampere = node(mig={"enabled": True, "layout": ["3g.20gb", "2g.10gb"]}, workloads=MIG_WORK)
+    samples = ampere.sample().gpus[0].mig_samples
+    assert {s.sm_utilization_percent for s in samples} == {NotAvailable("NOT_SUPPORTED")}

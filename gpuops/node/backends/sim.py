@@ -568,6 +568,23 @@ class SimBackend(Backend):
             mem = sum(p.activity.memory_utilization_percent for p in procs) / 100.0
         return min(sm, 1.0), min(mem, 1.0), bool(procs)
 
+    @staticmethod
+    def _instance_utilization(device: SimDevice, gi_id: int, procs: Sequence[_Proc]) -> Any:
+        """A GPU instance's SM utilization as NVML's GPM reports it: from Hopper on (Ampere's
+        NVML says NOT_SUPPORTED), its processes' activity weighted by their compute instance's
+        share of the GPU instance."""
+        if device.hardware.architecture == "ampere" or "utilization_gpu" in device.unsupported:
+            return _NOT_SUPPORTED
+        whole = device.gpu_instance_compute_share(gi_id)
+        if whole <= 0:
+            return 0.0
+        busy = sum(
+            p.activity.utilization_percent * device.gpu_instance_compute_share(gi_id, p.compute_instance_id)
+            for p in procs
+            if (p.gpu_instance_id or 0) == gi_id
+        )
+        return round(min(busy / whole, 100.0), 1)
+
     def _sample_gpu(self, device: SimDevice, t: float) -> Gpu:
         index = device.index
         if self._lost(index, t):
@@ -594,6 +611,7 @@ class SimBackend(Backend):
                     gpu_instance_id=gi.id,
                     memory_used_bytes=_NOT_SUPPORTED if "memory" in unsupported else per_gi.get(gi.id, 0),
                     memory_total_bytes=_NOT_SUPPORTED if "memory" in unsupported else gi.memory_total_bytes,
+                    sm_utilization_percent=self._instance_utilization(device, gi.id, procs),
                 )
                 for gi in device.gpu_instances()
             )
