@@ -28,6 +28,12 @@ def exporter_command(
     interval: str | None = typer.Option(
         None, "--interval", help="Sampling interval, e.g. 1s (default: fleet.yaml)."
     ),
+    dcgm_compat: bool = typer.Option(
+        False,
+        "--dcgm-compat",
+        help="Also dcgm-exporter's names and units (DCGM_FI_DEV_*), for dashboards written for it. "
+        "Off by default: the nodes may run dcgm-exporter too.",
+    ),
 ) -> None:
     """Serve the fleet's metrics for Prometheus: every node's GPUs and reachability over SSH, with
     fleet.yaml's teams, owners, pools and guarantees, until Ctrl-C."""
@@ -56,7 +62,7 @@ def exporter_command(
         )
 
     try:
-        asyncio.run(serve(fleet, host, port, every, ready))
+        asyncio.run(serve(fleet, host, port, every, ready, dcgm_compat=dcgm_compat))
     except ListenFailed as exc:
         fail(str(exc))
     except KeyboardInterrupt:

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from gpuops.core.dcgm import LABELS as DCGM_LABELS
+from gpuops.core.dcgm import dcgm_families
 from gpuops.core.model import Gpu
 from gpuops.fleet.collector import LIVE, STALE, FleetSnapshot, NodeView
 from gpuops.tenancy.ownership import Ownership
@@ -66,9 +68,12 @@ class FleetMetrics:
     """The fleet's families at each scrape. `snapshot`: the collector's snapshot now (called once
     per scrape); `ownership`: fleet.yaml's teams, owners, pools and attribution chain."""
 
-    def __init__(self, snapshot: Callable[[], FleetSnapshot], ownership: Ownership) -> None:
+    def __init__(
+        self, snapshot: Callable[[], FleetSnapshot], ownership: Ownership, dcgm_compat: bool = False
+    ) -> None:
         self.snapshot = snapshot
         self.ownership = ownership
+        self.dcgm_compat = dcgm_compat  # dcgm-exporter's names and units as well (core/dcgm.py)
 
     def collect(self) -> Iterator[Metric]:
         yield from self.families(self.snapshot())
@@ -76,8 +81,45 @@ class FleetMetrics:
     def families(self, snapshot: FleetSnapshot) -> list[Metric]:
         out: list[Metric] = [*self._node_families(snapshot)]
         out += self._gpu_families(snapshot)
+        out.append(self._xid_family(snapshot))
+        if self.dcgm_compat:
+            out += self._dcgm_families(snapshot)
         out += self._tenant_families(snapshot)
         return out
+
+    def _xid_family(self, snapshot: FleetSnapshot) -> Metric:
+        """The XID counts each node's agent keeps (since it started listening), while the node's
+        data is current."""
+        fam = CounterMetricFamily(
+            "gpuops_xid_errors",
+            "XID critical errors NVML reported for a GPU since the node's agent started listening",
+            labels=["gpu", "UUID", "Hostname", "node", "team", "pool", "xid"],
+        )
+        for view in snapshot.nodes:
+            if not _current(view) or view.sample is None or view.sample.health is None:
+                continue
+            gpus = {gpu.info.index: gpu for gpu in view.sample.gpus}
+            for count in view.sample.health.xid_counts:
+                gpu = gpus.get(count.gpu)
+                owner = (self.ownership.owner(view, gpu) or "") if gpu is not None else ""
+                pool = (self.ownership.pool(view, gpu) or "") if gpu is not None else ""
+                uuid = gpu.info.uuid if gpu is not None else ""
+                labels = [str(count.gpu), uuid, view.sample.hostname, view.name, owner, pool, str(count.xid)]
+                fam.add_metric(labels, float(count.count))
+        return fam
+
+    def _dcgm_families(self, snapshot: FleetSnapshot) -> list[Metric]:
+        out: dict[str, GaugeMetricFamily] = {}
+        for view in snapshot.nodes:
+            if not _current(view) or view.sample is None:
+                continue
+            for fam in dcgm_families(view.sample):
+                metric = out.get(fam.name)
+                if metric is None:
+                    metric = out[fam.name] = _gauge(fam.name, fam.help, DCGM_LABELS)
+                for labels, value in fam.samples:
+                    metric.add_metric(list(labels), value)
+        return list(out.values())
 
     # ---- nodes ---------------------------------------------------------------------------------
 
@@ -117,6 +159,11 @@ class FleetMetrics:
         mig_used = _gauge(
             "gpuops_mig_instance_memory_used_bytes", "Memory in use in a MIG GPU instance", MIG_LABELS
         )
+        mig_util = _gauge(
+            "gpuops_mig_instance_utilization_ratio",
+            "SM utilization of a MIG GPU instance from NVML's GPM (0..1; Hopper and newer)",
+            MIG_LABELS,
+        )
         for view in snapshot.nodes:
             if not _current(view):
                 continue
@@ -142,16 +189,19 @@ class FleetMetrics:
                             fam.add_metric(values, float(figure))
                 profiles = {gi.id: gi.profile_name for gi in gpu.mig.gpu_instances} if gpu.mig else {}
                 for mig in gpu.mig_samples:
+                    mig_values = [
+                        *values[:4],
+                        profiles.get(mig.gpu_instance_id, ""),
+                        str(mig.gpu_instance_id),
+                        *values[5:],
+                    ]
                     figure = as_int(mig.memory_used_bytes)
                     if figure is not None:
-                        mig_values = [
-                            *values[:4],
-                            profiles.get(mig.gpu_instance_id, ""),
-                            str(mig.gpu_instance_id),
-                            *values[5:],
-                        ]
                         mig_used.add_metric(mig_values, float(figure))
-        return [info_f, util, used, total, power, temp, mig_used]
+                    ratio = as_float(mig.sm_utilization_percent)
+                    if ratio is not None:  # NOT_SUPPORTED (Ampere), NO_DATA: no series
+                        mig_util.add_metric(mig_values, round(ratio / 100.0, 9))
+        return [info_f, util, used, total, power, temp, mig_used, mig_util]
 
     def _gpu_values(self, view: NodeView, gpu: Gpu, host: str) -> list[str]:
         info = gpu.info

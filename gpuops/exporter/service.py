@@ -28,10 +28,17 @@ class ListenFailed(Exception):
     """The address could not be bound; the message is one line for a person."""
 
 
-async def serve(fleet: Fleet, host: str, port: int, interval: float, ready: Callable[[str], None]) -> None:
+async def serve(
+    fleet: Fleet,
+    host: str,
+    port: int,
+    interval: float,
+    ready: Callable[[str], None],
+    dcgm_compat: bool = False,
+) -> None:
     """Collect the fleet and serve its metrics until SIGTERM or SIGINT. `ready(url)` is called once
     the listener is bound. ListenFailed before any node is contacted when the address cannot be
-    bound."""
+    bound. `dcgm_compat`: dcgm-exporter's names and units as well."""
     loop = asyncio.get_running_loop()
     collector = Collector(node_targets(fleet), interval=interval, max_handshakes=fleet.max_handshakes)
 
@@ -42,7 +49,7 @@ async def serve(fleet: Fleet, host: str, port: int, interval: float, ready: Call
         return asyncio.run_coroutine_threadsafe(on_loop(), loop).result(SNAPSHOT_TIMEOUT)
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetMetrics(snapshot, Ownership.from_fleet(fleet)))
+    registry.register(FleetMetrics(snapshot, Ownership.from_fleet(fleet), dcgm_compat))
     try:
         listener = listen(registry, host, port)
     except OSError as exc:

@@ -356,3 +356,30 @@ class _NoServer:
     @property
     def port(self) -> int:
         return free_port()
+
+
+def test_dcgm_names_with_dcgm_compat_only(sshd_loopback: Sshd, tmp_path: Path) -> None:
+    """--dcgm-compat adds dcgm-exporter's names, units and labels for every current node (per GPU
+    instance on a MIG GPU); without it there are none."""
+    fleet, _spec = _fleet(tmp_path, sshd_loopback, free_port())
+    with fleet_exporter(fleet, "--interval", "0.5s", "--dcgm-compat") as (url, _proc):
+        series = _settled(url)
+        text = scrape(url)
+    host = {"Hostname": "gpu-steady"}
+    used = one(series, "gpuops_gpu_memory_used_bytes", node="gpu-a", gpu="1")
+    assert used is not None and one(series, "DCGM_FI_DEV_FB_USED", gpu="1", **host) == used // (1 << 20)
+    util = one(series, "gpuops_gpu_utilization_ratio", node="gpu-a", gpu="1")
+    assert util is not None and one(series, "DCGM_FI_DEV_GPU_UTIL", gpu="1", **host) == round(util * 100)
+    mig = {lbl["GPU_I_PROFILE"] for lbl, _ in series["DCGM_FI_DEV_FB_USED"] if lbl["gpu"] == "2"}
+    assert mig == {"3g.40gb", "2g.20gb", "1g.10gb"}
+    assert one(series, "DCGM_FI_DEV_GPU_UTIL", gpu="2", GPU_I_PROFILE="3g.40gb") is None  # Ampere: no GPM
+    assert one(series, "DCGM_FI_DEV_POWER_USAGE", gpu="0", **host) == one(
+        series, "gpuops_gpu_power_watts", node="gpu-a", gpu="0"
+    )
+    # The simulated node has no NVML events: no XID gauge said as if none happened.
+    assert "DCGM_FI_DEV_XID_ERRORS" not in series
+    problems = promtool_problems(text)
+    assert not problems, problems
+    with fleet_exporter(fleet, "--interval", "0.5s") as (url, _proc):
+        plain = _settled(url)
+    assert not [name for name in plain if name.startswith("DCGM_")]
