@@ -60,17 +60,26 @@ def register(app: typer.Typer) -> None:
             None, "-f", "--fleet", help="Discover the nodes of this fleet.yaml."
         ),
         timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for slow nodes (with -f)."),
+        prometheus: str | None = typer.Option(
+            None,
+            "--prometheus",
+            help="Read the fleet from this Prometheus (its API's base URL) instead of over SSH.",
+        ),
     ) -> None:
-        """Show GPUs, MIG layout and processes of this host (--local) or of a fleet (-f)."""
-        if fleet_file is not None:
+        """Show GPUs, MIG layout and processes of this host (--local) or of a fleet (-f, --prometheus)."""
+        if fleet_file is not None or prometheus is not None:
             if local:
-                fail("give either --local or -f FLEET.yaml, not both", code=2)
+                fail("give either --local or a fleet (-f FLEET.yaml, --prometheus URL), not both", code=2)
             from gpuops.cli.fleet import discover_fleet
 
-            discover_fleet(fleet_file, as_json, timeout)
+            discover_fleet(fleet_file, as_json, timeout, prometheus)
             return
         if not local:
-            fail("say which GPUs to discover: --local for this host, or -f fleet.yaml for a fleet", code=2)
+            fail(
+                "say which GPUs to discover: --local for this host; "
+                "-f fleet.yaml or --prometheus URL for a fleet",
+                code=2,
+            )
         if sim_spec is not None and backend != "sim":
             fail("--sim-spec only goes with --backend sim", code=2)
         try:

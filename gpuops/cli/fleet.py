@@ -12,22 +12,31 @@ from typing import Any
 import typer
 from rich.console import Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
+from gpuops.cli.sources import (
+    PROMETHEUS_HELP,
+    live_fleet,
+    no_fleet,
+    prometheus_url,
+    require_fleet_or_prometheus,
+)
 from gpuops.core.codec import to_json
 from gpuops.core.model import Gpu
 from gpuops.core.units import UnitError, format_duration, parse_duration
-from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, Collector, FleetSnapshot
+from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, FleetSnapshot
 from gpuops.fleet.remote_agent import PUSHED
 from gpuops.fleet.ssh import run
-from gpuops.fleet.targets import node_targets
 from gpuops.spec import Fleet, SpecError, load_fleet
+from gpuops.tenancy.ownership import Ownership
 from gpuops.views import format as render
 from gpuops.views.nodes import node_summary
 from gpuops.views.teams import TeamSummary, team_summaries
+from gpuops.views.tenants import tenant_rows
 
 EXIT_PARTIAL = 3  # discover: some nodes could not be reached
 DISCOVERY_TIMEOUT = 30.0  # status: seconds the first snapshot waits for slow nodes
@@ -69,7 +78,13 @@ def _pool_of(fleet: Fleet) -> Callable[[str, Gpu], str | None]:
 
 
 def _team_rows(snapshot: FleetSnapshot, fleet: Fleet) -> list[TeamSummary]:
-    return team_summaries(snapshot, fleet.gpu_owner, _teams(fleet), _pool_of(fleet) if fleet.pools else None)
+    def gpu_owner(node: str, index: int) -> str | None:
+        try:
+            return fleet.gpu_owner(node, index)
+        except KeyError:  # a node Prometheus has and fleet.yaml does not (or no fleet.yaml)
+            return None
+
+    return team_summaries(snapshot, gpu_owner, _teams(fleet), _pool_of(fleet) if fleet.pools else None)
 
 
 def teams_table(snapshot: FleetSnapshot, fleet: Fleet) -> Table:
@@ -101,6 +116,13 @@ def nodes_table(snapshot: FleetSnapshot) -> Table:
         f"{len(snapshot.nodes)} nodes: {live} live, {stale} stale, {down} unreachable"
         f" · interval {format_duration(snapshot.interval)}"
     )
+    health = snapshot.source
+    if health is not None:  # the source between us and the nodes, and how it is doing
+        title += f" · from {health.kind} {health.where}"
+        if health.state == UNREACHABLE:
+            title += f": [bold red]source unreachable[/] ({escape(health.reason)})"
+        elif health.warnings:
+            title += f": [yellow]partial[/] ({escape(health.warnings[0])})"
     table = Table(title=title, title_justify="left")
     # The way to each node, when some are reached through jump hosts (ProxyJump, jump_host).
     via = any(v.route not in ("", "direct") for v in snapshot.nodes)
@@ -136,9 +158,26 @@ def _share(used: int, total: int) -> str:
     return f"{100 * used / total:.0f}% of {render.size(total)}" if total else ""
 
 
+def source_json(snapshot: FleetSnapshot) -> dict[str, Any]:
+    """Where the figures came from: the nodes over SSH, or a source between (Prometheus) and how
+    it is doing."""
+    health = snapshot.source
+    if health is None:
+        return {"kind": "ssh", "state": LIVE}
+    return {
+        "kind": health.kind,
+        "url": health.where,
+        "state": health.state,
+        "reason": health.reason,
+        "since": health.since,
+        "warnings": list(health.warnings),
+    }
+
+
 def snapshot_json(snapshot: FleetSnapshot, fleet: Fleet) -> dict[str, Any]:
     return {
         "time": snapshot.time,
+        "source": source_json(snapshot),
         "nodes": [
             {
                 "name": v.name,
@@ -157,21 +196,35 @@ def snapshot_json(snapshot: FleetSnapshot, fleet: Fleet) -> dict[str, Any]:
             for v in snapshot.nodes
         ],
         "teams": [to_json(t) for t in _team_rows(snapshot, fleet)],
+        # The tenants screen's figures now (owned, used, borrowed, lent, idle per team and pool).
+        "tenants": [to_json(t) for t in tenant_rows(snapshot, Ownership.from_fleet(fleet))],
     }
 
 
-async def _discover(fleet: Fleet, interval: float, timeout: float) -> FleetSnapshot:
-    collector = Collector(node_targets(fleet), interval=interval, max_handshakes=fleet.max_handshakes)
-    collector.start()
+async def _discover(
+    fleet: Fleet, interval: float, timeout: float, url: str | None, has_file: bool
+) -> FleetSnapshot:
+    source = live_fleet(fleet, url, interval, has_file)
+    source.start()
     try:
-        return await collector.discover(timeout)
+        return await source.discover(timeout)
     finally:
-        await collector.stop()
+        await source.stop()
 
 
-def discover_fleet(fleet_file: Path, as_json: bool, timeout: float) -> None:
-    fleet = load_or_fail(fleet_file)
-    snapshot = run(_discover(fleet, 1.0, timeout))
+def fleet_and_source(fleet_file: Path | None, prometheus: str | None) -> tuple[Fleet, str | None]:
+    """fleet.yaml (an empty fleet without -f) and the Prometheus to read (None: SSH)."""
+    require_fleet_or_prometheus(fleet_file, prometheus)
+    fleet = load_or_fail(fleet_file) if fleet_file is not None else None
+    url = prometheus_url(prometheus, fleet)
+    return (fleet if fleet is not None else no_fleet()), url
+
+
+def discover_fleet(
+    fleet_file: Path | None, as_json: bool, timeout: float, prometheus: str | None = None
+) -> None:
+    fleet, url = fleet_and_source(fleet_file, prometheus)
+    snapshot = run(_discover(fleet, 1.0, timeout, url, fleet_file is not None))
     if as_json:
         typer.echo(json.dumps(snapshot_json(snapshot, fleet), indent=2))
     else:
@@ -181,14 +234,18 @@ def discover_fleet(fleet_file: Path, as_json: bool, timeout: float) -> None:
         for v in sorted(snapshot.nodes, key=lambda v: v.name):
             for line in v.hello.interrupted if v.hello else ():
                 console.print(f"{v.name}: {line}", style="bold yellow", markup=False, highlight=False)
-    if any(v.sample is None for v in snapshot.nodes):
+    source_down = snapshot.source is not None and snapshot.source.state != LIVE
+    if source_down or any(v.sample is None for v in snapshot.nodes):
         raise typer.Exit(EXIT_PARTIAL)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("status")
     def status(
-        fleet_file: Path = typer.Option(..., "-f", "--fleet", help="fleet.yaml of the nodes to watch."),
+        fleet_file: Path | None = typer.Option(
+            None, "-f", "--fleet", help="fleet.yaml of the nodes to watch."
+        ),
+        prometheus: str | None = typer.Option(None, "--prometheus", help=PROMETHEUS_HELP),
         once: bool = typer.Option(False, "--once", help="Print one snapshot after discovery and exit."),
         interval: str | None = typer.Option(
             None, "--interval", help="Sampling interval, e.g. 1s (default: fleet.yaml)."
@@ -204,29 +261,33 @@ def register(app: typer.Typer) -> None:
 
         Without a terminal, or with --json, one line per refresh instead, flushed as it is printed.
         """
-        fleet = load_or_fail(fleet_file)
+        fleet, url = fleet_and_source(fleet_file, prometheus)
         every = _interval(interval, fleet)
         if count is not None and count < 1:
             fail(f"--count must be at least 1 (got {count})", code=2)
         if once:
             if count is not None:
                 fail("give either --once or --count, not both", code=2)
-            discover_fleet(fleet_file, as_json, timeout=DISCOVERY_TIMEOUT)
+            discover_fleet(fleet_file, as_json, timeout=DISCOVERY_TIMEOUT, prometheus=prometheus)
             return
+        has_file = fleet_file is not None
         console = CliConsole()
         with contextlib.suppress(KeyboardInterrupt):
             if as_json or not console.is_terminal:
                 from gpuops.cli.status_lines import json_line, print_lines, summary_line
 
                 line = json_line(lambda s: snapshot_json(s, fleet)) if as_json else summary_line
-                run(print_lines(fleet, every, count, line, DISCOVERY_TIMEOUT))
+                source = live_fleet(fleet, url, every, has_file)
+                run(print_lines(source, every, count, line, DISCOVERY_TIMEOUT))
             else:
-                run(run_live(fleet, every, count))
+                run(run_live(fleet, every, count, url, has_file))
 
 
-async def run_live(fleet: Fleet, every: float, count: int | None = None) -> None:
+async def run_live(
+    fleet: Fleet, every: float, count: int | None = None, url: str | None = None, has_file: bool = True
+) -> None:
     """Redraw the nodes and teams tables at the interval, `count` times or until cancelled."""
-    collector = Collector(node_targets(fleet), interval=every, max_handshakes=fleet.max_handshakes)
+    collector = live_fleet(fleet, url, every, has_file)
     collector.start()
     console = CliConsole()
     try:

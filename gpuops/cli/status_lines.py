@@ -17,9 +17,8 @@ from typing import Any
 
 import typer
 
-from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, Collector, FleetSnapshot
-from gpuops.fleet.targets import node_targets
-from gpuops.spec import Fleet
+from gpuops.cli.sources import LiveFleet
+from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, FleetSnapshot
 from gpuops.views import format as render
 from gpuops.views.nodes import node_summary
 
@@ -46,18 +45,22 @@ def summary_line(snapshot: FleetSnapshot) -> str:
     ]
     if not_live:
         parts.append("not live: " + ", ".join(not_live))
+    health = snapshot.source
+    if health is not None and health.state != LIVE:
+        parts.insert(
+            1, f"source {health.state}: {health.where}" + (f" ({health.reason})" if health.reason else "")
+        )
     return "; ".join(parts)
 
 
 async def print_lines(
-    fleet: Fleet,
+    collector: LiveFleet,
     every: float,
     count: int | None,
     line: Callable[[FleetSnapshot], str],
     discovery_timeout: float,
 ) -> None:
     """Print `line(snapshot)` once per interval, `count` times (None: until cancelled)."""
-    collector = Collector(node_targets(fleet), interval=every, max_handshakes=fleet.max_handshakes)
     collector.start()
     try:
         await collector.discover(discovery_timeout)

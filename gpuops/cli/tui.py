@@ -18,7 +18,7 @@ from gpuops.cli.errors import fail
 
 if TYPE_CHECKING:  # the TUI (Textual) is imported only when a command needs it
     from gpuops.tenancy.ownership import Ownership
-    from gpuops.tui.feed import CollectorSource, FleetSource, LocalSource
+    from gpuops.tui.feed import FleetSource, LocalSource
 
 TERMINAL_NEEDED = "the live view needs a terminal (stdin and stderr are not one)"
 
@@ -46,16 +46,24 @@ def parse_interval(text: str | None, default: float) -> float:
 
 
 def fleet_source(
-    fleet_file: Path, interval: str | None, label: str | None = None
-) -> tuple[CollectorSource, Ownership]:
-    """(CollectorSource, Ownership) for a fleet.yaml; a bad file is a one-line error."""
+    fleet_file: Path | None, interval: str | None, label: str | None = None, prometheus: str | None = None
+) -> tuple[FleetSource, Ownership]:
+    """The source and Ownership for a fleet.yaml (over SSH, or Prometheus when --prometheus or its
+    `source:` says so), or for a Prometheus alone; a bad file or URL is a one-line error."""
     from gpuops.cli.fleet import load_or_fail
+    from gpuops.cli.sources import no_fleet, prometheus_source, prometheus_url
     from gpuops.fleet.collector import Collector
     from gpuops.fleet.targets import node_targets
     from gpuops.tenancy.ownership import Ownership
     from gpuops.tui.feed import FleetFileSource
 
-    fleet = load_or_fail(fleet_file)
+    fleet = load_or_fail(fleet_file) if fleet_file is not None else None
+    url = prometheus_url(prometheus, fleet)
+    if url is not None:
+        every = parse_interval(interval, float(fleet.interval) if fleet is not None else 1.0)
+        source = prometheus_source(url, fleet, every)
+        return source, Ownership.from_fleet(fleet if fleet is not None else no_fleet())
+    assert fleet_file is not None and fleet is not None
     every = parse_interval(interval, float(fleet.interval))
     collector = Collector(node_targets(fleet), interval=every, max_handshakes=fleet.max_handshakes)
     text = label or f"{fleet_file} ({len(fleet.nodes)} nodes)"
@@ -92,14 +100,18 @@ def local_source(interval: str | None, backend: str, sim_spec: str | None) -> Lo
     return LocalSource(every, backend, sim_spec)
 
 
-def run_tui(source: FleetSource, ownership: Ownership, readonly: bool) -> None:
+def run_tui(
+    source: FleetSource, ownership: Ownership, readonly: bool, fleet_file: Path | None = None
+) -> None:
     """Run the TUI until the user quits; SIGTERM and SIGHUP quit it cleanly too. A source made from
-    a fleet.yaml (fleet_source) gives the Pool screen that file."""
+    a fleet.yaml (fleet_source), or `fleet_file`, gives the Pool screen that file."""
     from gpuops.tenancy.pool_change import PoolSource
     from gpuops.tui.app import GpuopsApp
     from gpuops.tui.feed import Feed, FleetFileSource
 
-    pool = PoolSource(source.fleet_file) if isinstance(source, FleetFileSource) else None
+    if isinstance(source, FleetFileSource):
+        fleet_file = source.fleet_file
+    pool = PoolSource(fleet_file) if fleet_file is not None else None
     app = GpuopsApp(Feed(source, ownership), readonly=readonly, handle_signals=True, tune_gc=True, pool=pool)
     _run_on_fleet_loop(app)
     if app.return_code:
@@ -139,17 +151,25 @@ def register(app: typer.Typer) -> None:
         interval: str | None = typer.Option(
             None, "--interval", help="Sampling interval, e.g. 1s or 500ms (default: fleet.yaml's, else 1s)."
         ),
+        prometheus: str | None = typer.Option(
+            None,
+            "--prometheus",
+            help="Read the fleet from this Prometheus (its API's base URL) instead of over SSH.",
+        ),
         local_backend: str = typer.Option("nvml", "--local-backend", hidden=True),
         sim_spec: Path | None = typer.Option(None, "--sim-spec", hidden=True),
     ) -> None:
         """The live fleet view: every GPU and MIG slice per team, tenants, nodes, events (k9s keys)."""
         if not is_terminal():
             fail(f"{TERMINAL_NEEDED}; for scripts use: gpuops status -f fleet.yaml --once", code=2)
-        if fleet_file is not None:
+        if fleet_file is not None or prometheus is not None:
             if local_backend != "nvml" or sim_spec is not None:
-                fail("--local-backend and --sim-spec are for this host's view, not with -f", code=2)
-            source, ownership = fleet_source(fleet_file, interval)
-            run_tui(source, ownership, readonly)
+                fail(
+                    "--local-backend and --sim-spec are for this host's view, not with -f or --prometheus",
+                    code=2,
+                )
+            source, ownership = fleet_source(fleet_file, interval, prometheus=prometheus)
+            run_tui(source, ownership, readonly, fleet_file)
             return
         from gpuops.tenancy.ownership import Ownership
 

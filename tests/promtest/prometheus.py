@@ -309,6 +309,16 @@ class Prometheus:
                 f"prometheus on {self.url} ignored SIGTERM for {timeout}s:\n{self.log_tail()}"
             )
 
+    def restart(self, timeout: float = 30) -> Prometheus:
+        """Start a stopped server again on the same port and storage (a reader that kept the URL
+        sees the same Prometheus come back)."""
+        if self.running:
+            raise PrometheusError(f"prometheus in {self.workdir} is still running (pid {self.pid})")
+        if not self.port:
+            raise PrometheusError("restart: this server was never started")
+        self._spawn_and_wait(timeout)
+        return self
+
     def __enter__(self) -> Prometheus:
         return self
 
