@@ -2,6 +2,8 @@
 
 The fleet is the `silos` scenario (teams with busy, idle and MIG-carved nodes, one saturated
 team with queued work), served by one background process; the TUI follows it like any fleet.yaml.
+With --prometheus the fleet starts its own Prometheus (Debian's package) scraping every node, and
+the view reads the fleet from it (PromQL) instead of over SSH.
 Whatever ends the view (q, :q, ctrl-c, SIGTERM, the terminal closing), the fleet is stopped.
 Without a terminal (piped, in CI) the live table of `gpuops status` is printed instead.
 """
@@ -30,6 +32,11 @@ def register(app: typer.Typer) -> None:
         readonly: bool = typer.Option(
             False, "--readonly", help="Disable every action that changes the fleet."
         ),
+        prometheus: bool = typer.Option(
+            False,
+            "--prometheus",
+            help="Also start a Prometheus scraping the fleet, and watch the fleet through it (PromQL).",
+        ),
     ) -> None:
         """Start a simulated fleet on loopback and watch it live (q quits and stops the fleet)."""
         from gpuops.cli.fleet import load_or_fail, run_live
@@ -45,7 +52,7 @@ def register(app: typer.Typer) -> None:
             if full_screen:
                 typer.echo("starting a simulated fleet (silos scenario) on loopback…")
             try:
-                started = launch(directory, "silos", nodes)
+                started = launch(directory, "silos", nodes, prometheus=prometheus)
             except ScenarioError as exc:
                 fail(str(exc), code=2)
             except (SimFleetError, OSError) as exc:
@@ -53,14 +60,18 @@ def register(app: typer.Typer) -> None:
             try:
                 where = directory / "fleet.yaml"
                 count = len(started.state.get("nodes", []))
+                url = started.state.get("prometheus_url") if prometheus else None
                 if full_screen:
                     label = f"simulated silos fleet, {count} nodes over SSH on loopback"
-                    source, ownership = fleet_source(where, f"{interval}s", label)
-                    run_tui(source, ownership, readonly)
+                    source, ownership = fleet_source(where, f"{interval}s", label, prometheus=url)
+                    run_tui(source, ownership, readonly, where)
                 else:
-                    typer.echo(f"simulated fleet up in {started.seconds:.1f}s ({where}); Ctrl-C stops it")
+                    via = f", read through Prometheus {url}" if url else ""
+                    typer.echo(
+                        f"simulated fleet up in {started.seconds:.1f}s ({where}{via}); Ctrl-C stops it"
+                    )
                     fleet = load_or_fail(where)
                     with contextlib.suppress(KeyboardInterrupt):
-                        run(run_live(fleet, interval))
+                        run(run_live(fleet, interval, url=url))
             finally:
                 typer.echo(stop(directory))

@@ -1,6 +1,7 @@
 """`gpuops sim`: a simulated GPU fleet on this machine — real SSH servers on 127.0.0.1.
 
-gpuops sim up [--nodes N] [--scenario silos|large] [--dir DIR] [--seed S]   start it in the background
+gpuops sim up [--nodes N] [--scenario silos|large] [--dir DIR] [--seed S] [--prometheus]
+                                                                            start it in the background
 gpuops sim status [--dir DIR] [--json]                                      is it running, and where
 gpuops sim down [--dir DIR]                                                 stop it (idempotent)
 gpuops sim queue [--dir DIR] [--json]                                       the queued work and where it runs
@@ -62,6 +63,8 @@ def _describe(state: dict[str, Any], directory: Path) -> list[str]:
         + (f" and {len(teams) - _LIST_TEAMS_UP_TO} more" if len(teams) > _LIST_TEAMS_UP_TO else ""),
         f"  dir:      {directory}",
     ]
+    if state.get("prometheus_url"):
+        lines.append(f"  prometheus: {state['prometheus_url']} (scrapes every node's exporter)")
     if len(nodes) <= _LIST_NODES_UP_TO:
         width = max(len(str(n.get("name"))) for n in nodes) if nodes else 0
         lines.append("  nodes:")
@@ -95,6 +98,12 @@ def up(
         "--queue-speed",
         help="Queued work runs this many times faster than real time (60: a 6h job takes 6 minutes).",
     ),
+    prometheus: bool = typer.Option(
+        False,
+        "--prometheus",
+        help="Also start a Prometheus (Debian's prometheus) on loopback scraping every node's exporter, "
+        "with gpuops' rules; its URL is in sim status.",
+    ),
 ) -> None:
     """Start a simulated fleet in the background and write fleet.yaml for it."""
     from gpuops.fleet.simfleet import ScenarioError, SimFleetError, launch
@@ -104,7 +113,14 @@ def up(
         fail(f"--base-port must be 0 (free ports) or a port from 1 to 65535 (got {base_port})", code=2)
     try:
         started = launch(
-            where, scenario, nodes, seed, base_port=base_port, timeout=timeout, queue_speed=queue_speed
+            where,
+            scenario,
+            nodes,
+            seed,
+            base_port=base_port,
+            timeout=timeout,
+            queue_speed=queue_speed,
+            prometheus=prometheus,
         )
     except ScenarioError as exc:
         fail(escape(str(exc)), code=2)
@@ -120,6 +136,10 @@ def up(
     typer.echo("next:")
     typer.echo(f"  gpuops discover -f {fleet}")
     typer.echo(f"  gpuops status -f {fleet}")
+    url = state.get("prometheus_url")
+    if url:
+        typer.echo(f"  gpuops tui -f {fleet} --prometheus {url}")
+        typer.echo(f"  gpuops tenants -f {fleet} --prometheus {url} --window 5m")
     if any(n.get("queued") for n in state.get("nodes") or []):
         typer.echo(f"  gpuops rebalance -f {fleet} -o proposed.yaml   # then: gpuops apply proposed.yaml")
         typer.echo(f"  gpuops sim queue{_dir_flag(where)}            # the queued work, and where it runs")
@@ -156,14 +176,24 @@ def status(
     pid = running_pid(where)
     if pid is None:
         if as_json:
-            _echo_json({"state": "stopped", "dir": str(where), "pid": None, "nodes": []})
+            _echo_json(
+                {"state": "stopped", "dir": str(where), "pid": None, "prometheus_url": None, "nodes": []}
+            )
         else:
             typer.echo(f"no simulated fleet runs in {where}")
         raise typer.Exit(1)
     state = read_state(where)
     if pid == 0 or state is None or state.get("pid") != pid:
         if as_json:
-            _echo_json({"state": "starting", "dir": str(where), "pid": pid or None, "nodes": []})
+            _echo_json(
+                {
+                    "state": "starting",
+                    "dir": str(where),
+                    "pid": pid or None,
+                    "prometheus_url": None,
+                    "nodes": [],
+                }
+            )
         else:
             typer.echo(f"a simulated fleet is starting in {where}")
         return
@@ -205,6 +235,8 @@ def status_document(state: dict[str, Any], directory: Path) -> dict[str, Any]:
         "scenario": state.get("scenario"),
         "seed": state.get("seed"),
         "fleet": state.get("fleet"),
+        # `sim up --prometheus`: the Prometheus scraping the fleet, else null.
+        "prometheus_url": state.get("prometheus_url"),
         "nodes": nodes,
     }
 

@@ -13,6 +13,7 @@ Files in DIR (mode 0700):
 | `id_ed25519`, `id_ed25519.pub` | the client key, the only one the nodes accept (0600) |
 | `simfleet.json` | what runs: pid, scenario, seed, epoch, teams, nodes (SSH and metrics ports, queued work) |
 | `demand.json` | the queued work: where each job runs, what is done, per team (demand.py) |
+| `prometheus/` | with `--prometheus`: its config, log and storage (prometheus.py) |
 | `simfleet.log` | the process's log (and its stdout/stderr when started by `launch`) |
 | `simfleet.lock` | held (flock) by the running process: at most one fleet per DIR |
 | `simfleet.pid`, `ready` | written when every port listens; removed on a clean exit |
@@ -47,6 +48,13 @@ from gpuops.core.atomic_file import atomic_write
 from gpuops.fleet.simfleet.demand import DEFAULT_SPEED, Demand
 from gpuops.fleet.simfleet.exporters import SimExporters
 from gpuops.fleet.simfleet.history import SimHistory
+from gpuops.fleet.simfleet.prometheus import (
+    MISSING,
+    SimPrometheus,
+    SimPrometheusError,
+    prometheus_binary,
+    rules_file,
+)
 from gpuops.fleet.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
 from gpuops.fleet.simfleet.server import SimFleetServer
 
@@ -178,6 +186,7 @@ def state_document(
     paths: SimPaths,
     user: str,
     metrics_ports: dict[str, int] | None = None,
+    prometheus_url: str | None = None,
 ) -> dict[str, Any]:
     metrics_ports = metrics_ports or {}
     return {
@@ -190,6 +199,8 @@ def state_document(
         "user": user,
         "host": HOST,
         "fleet": str(paths.fleet),
+        # The fleet's own Prometheus (`sim up --prometheus`), else None.
+        "prometheus_url": prometheus_url,
         "teams": {team: list(users) for team, users in plan.teams.items()},
         "nodes": [
             {
@@ -294,6 +305,7 @@ async def serve(
     user: str | None = None,
     base_port: int = 0,
     queue_speed: float = DEFAULT_SPEED,
+    prometheus: bool = False,
 ) -> None:
     """Serve a sim fleet until SIGTERM/SIGINT (the lock must be held by the caller)."""
     paths = SimPaths(directory)
@@ -315,6 +327,16 @@ async def serve(
     except BaseException:
         await server.close()
         raise
+    scraper: SimPrometheus | None = None
+    if prometheus:
+        targets = [f"{HOST}:{metrics_ports[node.name]}" for node in plan.nodes]
+        scraper = SimPrometheus(paths.dir / "prometheus", targets, rules_file())
+        try:
+            await scraper.start()
+        except BaseException:
+            await exporters.close()
+            await server.close()
+            raise
     # Every node keeps history as `gpuops agent --record` would, and has a simulated past.
     history = SimHistory(
         [
@@ -338,7 +360,13 @@ async def serve(
         _write(paths.fleet, fleet_yaml_text(fleet_document(plan, ports, paths, user), plan, paths.fleet))
         _write(
             paths.state,
-            json.dumps(state_document(plan, ports, paths, user, metrics_ports), indent=1) + "\n",
+            json.dumps(
+                state_document(
+                    plan, ports, paths, user, metrics_ports, scraper.url if scraper is not None else None
+                ),
+                indent=1,
+            )
+            + "\n",
         )
         _write(paths.pid, f"{os.getpid()}\n")
         _write(paths.ready, f"{os.getpid()}\n")
@@ -368,6 +396,8 @@ async def serve(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if scraper is not None:
+            await scraper.stop()
         await exporters.close()
         await server.close()
         history.close()
@@ -382,6 +412,7 @@ def serve_main(
     user: str | None,
     base_port: int,
     queue_speed: float = DEFAULT_SPEED,
+    prometheus: bool = False,
 ) -> int:
     directory = directory.expanduser().absolute()
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -397,11 +428,15 @@ def serve_main(
                 path.unlink()
         _setup_logging(paths)
         try:
-            asyncio.run(serve(directory, scenario, nodes, seed, user, base_port, queue_speed))
+            asyncio.run(serve(directory, scenario, nodes, seed, user, base_port, queue_speed, prometheus))
         except ScenarioError as exc:
             log.error("%s", exc)
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except SimPrometheusError as exc:
+            log.error("%s", exc)
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         except OSError as exc:
             log.error("cannot serve: %s", exc)
             print(f"error: cannot serve: {exc}", file=sys.stderr)
@@ -433,10 +468,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=DEFAULT_SPEED,
         help="queued work runs this much faster than real time",
     )
+    run.add_argument("--prometheus", action="store_true", help="start a Prometheus scraping the fleet")
     args = parser.parse_args(argv)
     directory = args.dir if args.dir is not None else default_dir()
     return serve_main(
-        directory, args.scenario, args.nodes, args.seed, args.user, args.base_port, args.queue_speed
+        directory,
+        args.scenario,
+        args.nodes,
+        args.seed,
+        args.user,
+        args.base_port,
+        args.queue_speed,
+        args.prometheus,
     )
 
 
@@ -471,8 +514,10 @@ def launch(
     base_port: int = 0,
     timeout: float = READY_TIMEOUT,
     queue_speed: float = DEFAULT_SPEED,
+    prometheus: bool = False,
 ) -> Launched:
-    """Start the fleet process detached (own session, stdio to the log) and wait until ready."""
+    """Start the fleet process detached (own session, stdio to the log) and wait until ready;
+    with `prometheus`, the fleet starts its own Prometheus too (prometheus.py)."""
     count = len(build_fleet(scenario, nodes, seed).nodes)  # a bad scenario or count fails here
     if not (math.isfinite(queue_speed) and 0 < queue_speed <= MAX_QUEUE_SPEED):
         raise ScenarioError(
@@ -480,6 +525,8 @@ def launch(
         )
     if base_port and not 1 <= base_port <= 65536 - count:
         raise ScenarioError(f"--base-port {base_port} leaves no room for {count} consecutive ports")
+    if prometheus and prometheus_binary() is None:
+        raise SimFleetError(MISSING)  # before anything starts: nothing to undo
     directory = directory.expanduser().absolute()
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     paths = SimPaths(directory)
@@ -498,6 +545,8 @@ def launch(
         argv += ["--nodes", str(nodes)]
     if user:
         argv += ["--user", user]
+    if prometheus:
+        argv += ["--prometheus"]
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[3])  # so `-m gpuops...` works from "/"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
