@@ -65,7 +65,12 @@ def to_json(value: Any) -> Any:
         names = tuple(f.name for f in dataclasses.fields(value))
         _FIELD_NAMES[kind] = names
     if names is not None:
-        return {name: to_json(getattr(value, name)) for name in names}
+        out = {name: to_json(getattr(value, name)) for name in names}
+        # A GPU without mode partitions sends no key for them: NVIDIA agents' messages stay
+        # what older operators (strict about unknown fields) read.
+        if kind is Gpu and out["partition"] is None:
+            del out["partition"]
+        return out
     if isinstance(value, (tuple, list)):
         return [to_json(v) for v in value]
     if isinstance(value, dict):

@@ -81,6 +81,19 @@ class MigState:
 
 
 @dataclass(frozen=True)
+class PartitionState:
+    """A GPU split by modes rather than by instances (AMD Instinct MI300-class: the compute
+    partition SPX/DPX/QPX/CPX and the memory partition NPS1/NPS4), the vendor-neutral sibling
+    of `MigState`. Modes are the vendor's names; "" where the node could not read one."""
+
+    compute_mode: str  # e.g. "SPX", "CPX"
+    memory_mode: str  # e.g. "NPS1", "NPS4"
+    compute_modes: Tuple[str, ...] = ()  # the modes this GPU accepts, () where unknown
+    memory_modes: Tuple[str, ...] = ()
+    partitions: int = 1  # logical GPUs the compute mode makes of this one (SPX 1, CPX 8 on MI300X)
+
+
+@dataclass(frozen=True)
 class GpuProcess:
     """A process with a context on a GPU (or on a MIG instance of it)."""
 
@@ -142,6 +155,9 @@ class Gpu:
     # (an empty list then means "unknown", not "idle").
     processes_error: str = ""
     owner: Optional[str] = None  # owning team (silo), when the node knows it
+    # Mode partitions (AMD); None on GPUs without them, and then left out of the JSON, so the
+    # messages of NVIDIA nodes are what they were before the field existed.
+    partition: Optional[PartitionState] = None
 
 
 @dataclass(frozen=True)
