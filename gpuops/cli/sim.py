@@ -5,6 +5,7 @@ gpuops sim up [--nodes N] [--scenario silos|large] [--dir DIR] [--seed S] [--pro
 gpuops sim status [--dir DIR] [--json]                                      is it running, and where
 gpuops sim down [--dir DIR]                                                 stop it (idempotent)
 gpuops sim queue [--dir DIR] [--json]                                       the queued work and where it runs
+gpuops sim event NODE KIND [XID] --gpu N [--gpu-instance GI]                a health event (XID, ECC)
 
 DIR (default `$XDG_RUNTIME_DIR/gpuops-sim`, else `~/.cache/gpuops/sim`) receives fleet.yaml,
 known_hosts, the client key and the log. See docs/simulator.md, "Simulated fleet".
@@ -239,6 +240,38 @@ def status_document(state: dict[str, Any], directory: Path) -> dict[str, Any]:
         "prometheus_url": state.get("prometheus_url"),
         "nodes": nodes,
     }
+
+
+@sim_app.command("event")
+def event(
+    node: str = typer.Argument(..., help="The simulated node (a name from sim status)."),
+    kind: str = typer.Argument(..., help="xid, ecc_single_bit, ecc_double_bit, clock, pstate or other."),
+    xid: int | None = typer.Argument(None, help="The XID number of an xid event (79: fallen off the bus)."),
+    gpu: int = typer.Option(0, "--gpu", help="The GPU's index on the node."),
+    gpu_instance: int | None = typer.Option(None, "--gpu-instance", help="The MIG GPU instance it is on."),
+    compute_instance: int | None = typer.Option(None, "--compute-instance", help="The compute instance."),
+    directory: Path | None = typer.Option(None, "--dir", help="The fleet's directory (as given to sim up)."),
+) -> None:
+    """Make a simulated node's GPU report a health event, as NVML's event set would: the node's
+    next sample carries it (gpuops_xid_errors_total, the TUI's :events screen)."""
+    from gpuops.fleet.simfleet import read_state, running_pid
+    from gpuops.fleet.simfleet.faults import event_problem, inject_event
+
+    where = _dir(directory)
+    state = read_state(where) if running_pid(where) else None
+    if state is None:
+        fail(f"no simulated fleet runs in {where} (gpuops sim up)")
+    nodes = {str(n.get("name")): int(n.get("gpus", 0)) for n in state.get("nodes") or []}
+    if node not in nodes:
+        fail(f"no node {escape(node)!r} in the fleet of {where} (gpuops sim status lists them)")
+    if not 0 <= gpu < nodes[node]:
+        fail(f"--gpu {gpu}: {node} has GPUs 0-{nodes[node] - 1}")
+    problem = event_problem(kind, gpu, xid, gpu_instance, compute_instance)
+    if problem:
+        fail(escape(problem))
+    inject_event(where / "state" / node, kind, gpu, xid, gpu_instance, compute_instance)
+    what = f"XID {xid}" if kind == "xid" else kind
+    typer.echo(f"{node}: {what} on GPU {gpu} queued; the node's next sample reports it")
 
 
 @sim_app.command("queue")

@@ -8,6 +8,10 @@ device handles. Stopping is bounded: the thread checks its flag between waits, s
 within one wait (and leaves a thread stuck in the driver behind, a daemon, rather than hang the
 agent's exit).
 
+A source that never blocks (the simulator's, simfleet/faults.py) is taken with `poll` instead of
+`start`: no thread, each `attach` drains it, so a thousand simulated nodes cost no thread each and
+an injected event travels the path an NVML event does (record, count, carry in the sample).
+
 Standard library and gpuops.core only; valid Python 3.8 (runs on GPU nodes).
 """
 
@@ -27,6 +31,7 @@ log = logging.getLogger("gpuops.agent")
 
 WAIT_SECONDS = 0.5  # one wait in NVML: how long a stop may take
 MAX_FAILURES = 10  # waits failing in a row before the thread gives up (a broken event set)
+MAX_DRAINED = 1024  # events one `attach` takes from a polled source: a sample must not wait long
 
 
 class HealthMonitor:
@@ -43,6 +48,8 @@ class HealthMonitor:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._snapshot: Optional[NodeHealth] = None
+        self._polled: Optional[EventSource] = None
+        self._drain_lock = threading.Lock()
 
     # ---- the thread ------------------------------------------------------------------------
 
@@ -83,9 +90,45 @@ class HealthMonitor:
             except BackendError as exc:
                 log.warning("closing the event source: %s", exc)
 
+    def poll(self, backend: Backend) -> None:
+        """Take the backend's event source without a thread: each `attach` drains it. Only for
+        sources whose `wait(0)` returns at once (the simulator's)."""
+        try:
+            source = backend.event_source()
+        except BackendError as exc:
+            self._set_error(exc.code)
+            return
+        self._since = self._clock()
+        self._polled = source
+
+    def drain(self) -> None:
+        """Record what a polled source holds now (at most MAX_DRAINED events)."""
+        with self._drain_lock:
+            source = self._polled
+            if source is None:
+                return
+            for _ in range(MAX_DRAINED):
+                try:
+                    raw = source.wait(0)
+                except BackendError as exc:
+                    log.warning("health events stopped: %s", exc)
+                    self._set_error(exc.code)
+                    self._polled = None
+                    return
+                if raw is None:
+                    return
+                self.record(raw)
+
     def stop(self, timeout: float = 2 * WAIT_SECONDS) -> bool:
         """Stop listening; True when the thread ended within `timeout` seconds."""
         self._stop.set()
+        with self._drain_lock:
+            polled, self._polled = self._polled, None
+        if polled is not None:
+            try:
+                polled.close()
+            except BackendError as exc:
+                log.warning("closing the event source: %s", exc)
         thread = self._thread
         if thread is None:
             return True
@@ -100,7 +143,7 @@ class HealthMonitor:
             self._snapshot = None
 
     def record(self, raw: RawEvent) -> HealthEvent:
-        """Keep one event (the thread's; the simulator's injector calls it too)."""
+        """Keep one event (from the thread, or `drain`)."""
         now = self._clock()
         with self._lock:
             self._seq += 1
@@ -136,5 +179,7 @@ class HealthMonitor:
             return self._snapshot
 
     def attach(self, sample: NodeSample) -> NodeSample:
-        """`sample` with the health seen so far."""
+        """`sample` with the health seen so far (a polled source drained first)."""
+        if self._polled is not None:
+            self.drain()
         return dataclasses.replace(sample, health=self.snapshot())

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpuops.node.backends.base import Backend, BackendError
+from gpuops.node.health import HealthMonitor
 from gpuops.node.limiter_tags import LimiterTagger
 from gpuops.node.metrics import NodeCollector
 from gpuops.node.metrics_http import MetricsServer, prometheus_render
@@ -42,6 +43,7 @@ class SimExporters:
         host: str = "127.0.0.1",
         interval: float = INTERVAL,
         process_top: int = PROCESS_TOP,
+        health: Mapping[str, HealthMonitor] | None = None,
     ) -> None:
         self.host = host
         self.interval = interval
@@ -50,11 +52,16 @@ class SimExporters:
         self.samplers: dict[str, Sampler] = {}
         self._nodes = list(nodes)
         self._state_dir = state_dir
+        self._health = dict(health or {})  # each node's events, shared with its SSH agents
 
     def _render(self, name: str, backend: Backend) -> Any:
         node_state = self._state_dir / name
         tagger = LimiterTagger(str(node_state / "limiter"))  # where the node's agent keeps it
-        sampler = Sampler(lambda: tagger.tag(backend.sample()), self.interval)
+        health = self._health.get(name)
+        if health is None:
+            sampler = Sampler(lambda: tagger.tag(backend.sample()), self.interval)
+        else:
+            sampler = Sampler(lambda: health.attach(tagger.tag(backend.sample())), self.interval)
         self.samplers[name] = sampler
         try:
             driver = backend.inventory().driver_version

@@ -321,7 +321,9 @@ async def serve(
     client_key = asyncssh.generate_private_key("ssh-ed25519", comment="gpuops-sim-client")
     server = SimFleetServer(backends, host_key, client_key, user, host=HOST, state_dir=paths.dir / "state")
     ports = await server.start(base_port)
-    exporters = SimExporters(backends, server.state_dir, host=HOST)
+    exporters = SimExporters(
+        backends, server.state_dir, host=HOST, health={node.name: node.health for node in server.nodes}
+    )
     try:
         metrics_ports = await exporters.start()
     except BaseException:

@@ -46,10 +46,11 @@ from asyncssh.constants import MSG_IGNORE
 
 from gpuops.fleet.remote_agent import ON_PATH
 from gpuops.fleet.remote_agent import PROBE as AGENT_PROBE
-from gpuops.fleet.simfleet.faults import FaultyBackend
+from gpuops.fleet.simfleet.faults import FaultyBackend, clear_events
 from gpuops.fleet.simfleet.history import SimHistory
 from gpuops.node.agent import Agent
 from gpuops.node.backends.base import Backend
+from gpuops.node.health import HealthMonitor
 from gpuops.node.state import interrupted_applies
 
 log = logging.getLogger("gpuops.simfleet")
@@ -78,6 +79,9 @@ class SimNodeEndpoint:
     connections: int = 0
     agents: int = 0
     listener: asyncssh.SSHAcceptor | None = field(default=None, repr=False)
+    # The node's health events (faults.inject_event), one record for its agents and its exporter,
+    # as a node's long-running --metrics service sees every event.
+    health: HealthMonitor = field(default_factory=HealthMonitor, repr=False)
 
 
 def _send_like_sshd(conn: asyncssh.SSHServerConnection) -> None:
@@ -216,6 +220,9 @@ class SimFleetServer:
         self.nodes = [SimNodeEndpoint(name, backend) for name, backend in nodes]
         # Each simulated node's "disk" for its apply lock and MIG journal (node/state.py).
         self.state_dir = state_dir or Path(tempfile.mkdtemp(prefix="gpuops-simstate-"))
+        for node in self.nodes:
+            clear_events(self.state_dir / node.name)
+            node.health.poll(cast(Backend, FaultyBackend(node.backend, self.state_dir / node.name)))
         self.host_key = host_key
         self.client_key = client_key
         self.user = user
@@ -336,6 +343,7 @@ class SimFleetServer:
                 state_dir=str(state),
                 limiter_dir=str(state / "limiter"),
                 before_history=(lambda: history.prepare(node.name)) if history is not None else None,
+                health=node.health,
             )
         else:
             reason = f"backend {backend_name!r} is not available on a simulated node (use --backend sim)"
