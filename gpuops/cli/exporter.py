@@ -39,7 +39,7 @@ def exporter_command(
     fleet.yaml's teams, owners, pools and guarantees, until Ctrl-C."""
     from gpuops.cli.fleet import load_or_fail
     from gpuops.cli.tui import parse_interval
-    from gpuops.node.metrics_http import ListenError, parse_listen
+    from gpuops.core.listen import ListenError, parse_listen
 
     fleet = load_or_fail(fleet_file)
     try:

@@ -17,9 +17,10 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
+from gpuops.core.listen import bind_error
 from gpuops.exporter.fleet_metrics import FleetMetrics
 from gpuops.fleet.collector import Collector
-from gpuops.fleet.metrics_listen import bind_error, listen
+from gpuops.fleet.metrics_listen import listen
 from gpuops.fleet.targets import node_targets
 from gpuops.spec import Fleet
 from gpuops.tenancy.ownership import Ownership
@@ -47,7 +48,7 @@ async def serve(
     try:
         listener = listen(registry, host, port)
     except OSError as exc:
-        raise ListenFailed(bind_error(host, port, exc)) from None
+        raise ListenFailed(bind_error(host, port, exc, "--listen")) from None
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

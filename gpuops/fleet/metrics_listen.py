@@ -42,9 +42,3 @@ def listen(registry: Any, host: str, port: int) -> MetricsListener:
 
     server, thread = start_http_server(port, addr=host, registry=registry)
     return MetricsListener(host, int(server.server_port), server, thread)
-
-
-def bind_error(host: str, port: int, exc: OSError, option: str = "--listen") -> str:
-    """One line for a failed bind: the address and the system's reason."""
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return f"{option} {where}: cannot listen: {exc.strerror or exc}"

@@ -22,9 +22,10 @@ import signal
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
+from gpuops.core.listen import ListenError, bind_error, parse_listen
 from gpuops.node.health import HealthMonitor
 from gpuops.node.metrics import NodeCollector, parse_process_metrics
-from gpuops.node.metrics_http import ListenError, MetricsServer, bind_error, parse_listen, prometheus_render
+from gpuops.node.metrics_http import DEFAULT_PORT, MetricsServer, prometheus_render
 from gpuops.node.sampler import Sampler
 
 log = logging.getLogger("gpuops.agent")
@@ -66,7 +67,7 @@ def run_exporter(
             "--interval must lie between %g and %g seconds" % (MIN_INTERVAL, MAX_INTERVAL), EXIT_USAGE
         )
     try:
-        host, port = parse_listen(listen)
+        host, port = parse_listen(listen, "--metrics", DEFAULT_PORT)
     except ListenError as exc:
         return _error(str(exc), EXIT_FAIL)
     top = 0
@@ -137,7 +138,7 @@ class _Service:
         try:
             await server.start()  # first: a used port fails before NVML is touched
         except OSError as exc:
-            return _error(bind_error(self.host, self.port, exc), EXIT_FAIL)
+            return _error(bind_error(self.host, self.port, exc, "--metrics"), EXIT_FAIL)
         recorder = None
         backend = None
         health = HealthMonitor()

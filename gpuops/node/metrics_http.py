@@ -9,7 +9,7 @@ runs on asyncio. The exposition format, its content negotiation and gzip are pro
 Every response closes its connection. Requests are bounded: a request head of at most
 `MAX_HEAD` bytes read within `READ_TIMEOUT` seconds, at most `MAX_CONNECTIONS` open at once.
 
-Also `parse_listen`, the one reading of `--metrics ADDRESS`.
+The address is read by `core/listen.py` (`parse_listen`, shared with the fleet exporter).
 
 Standard library only at module level; valid Python 3.8 (runs on GPU nodes).
 """
@@ -18,73 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import ipaddress
 import logging
-import os
 from typing import Any, Awaitable, Callable, Dict, Optional, Tuple
+
+from gpuops.core.listen import DEFAULT_HOST
 
 log = logging.getLogger("gpuops.agent")
 
 DEFAULT_PORT = 9835  # 9400 is dcgm-exporter's: a node may run both
-DEFAULT_HOST = "127.0.0.1"
 MAX_HEAD = 8192
 READ_TIMEOUT = 10.0
 MAX_CONNECTIONS = 64
 
 Render = Callable[[str], Tuple[bytes, str]]  # Accept header -> (body, content type)
-
-
-class ListenError(ValueError):
-    """A bad `--metrics` address; the message is one line for a person."""
-
-
-def parse_listen(text: str, option: str = "--metrics", default_port: int = DEFAULT_PORT) -> Tuple[str, int]:
-    """`HOST:PORT`, `[V6]:PORT`, `HOST` or `PORT` -> (host, port); the host defaults to
-    127.0.0.1 and the port to `default_port` (9835, the node exporter's; the fleet exporter's is
-    9836). The host must be an IP address (or `localhost`): the address to bind is said, never
-    looked up."""
-    raw = text.strip()
-    if not raw:
-        raise ListenError("%s: give an address to listen on, e.g. 127.0.0.1:%d" % (option, default_port))
-    host, port_text = raw, ""
-    if raw.startswith("["):
-        end = raw.find("]")
-        if end < 0:
-            raise ListenError("%s %s: unclosed '[' in an IPv6 address" % (option, text[:80]))
-        host, rest = raw[1:end], raw[end + 1 :]
-        if rest and not rest.startswith(":"):
-            raise ListenError("%s %s: expected ':PORT' after ']'" % (option, text[:80]))
-        port_text = rest[1:]
-    elif raw.isdigit():
-        host, port_text = DEFAULT_HOST, raw
-    elif raw.count(":") == 1:
-        host, port_text = raw.split(":")
-    if host == "":
-        raise ListenError(
-            "%s %s: say which address to bind (127.0.0.1 for this machine only, 0.0.0.0 for every "
-            "interface)" % (option, text[:80])
-        )
-    if host == "localhost":
-        host = DEFAULT_HOST
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        raise ListenError("%s %s: %r is not an IP address" % (option, text[:80], host[:64])) from None
-    if port_text == "":
-        port = default_port
-    elif port_text.isdigit() and int(port_text) <= 65535:
-        port = int(port_text)
-    else:
-        raise ListenError("%s %s: the port must be a number from 0 to 65535" % (option, text[:80]))
-    return host, port
-
-
-def bind_error(host: str, port: int, exc: OSError, option: str = "--metrics") -> str:
-    """One line for a failed bind: the address and the system's reason."""
-    where = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
-    # asyncio rewrites strerror into a sentence of its own: the system's words come from errno.
-    reason = os.strerror(exc.errno) if exc.errno else str(exc)
-    return "%s %s: cannot listen: %s" % (option, where, reason)
 
 
 def prometheus_render(collector: Any) -> Render:
