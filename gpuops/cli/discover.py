@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
@@ -103,16 +104,18 @@ def print_node(console: Console, node: Node, sample: NodeSample) -> None:
         title += f", driver {node.driver_version}"
     if node.cuda_driver_version:
         title += f", CUDA {node.cuda_driver_version}"
-    gpus = Table(title=title, title_justify="left", expand=False)
+    # Node text (host names, models, users, command lines) is shown as it is, never as markup.
+    gpus = Table(title=Text(title), title_justify="left", expand=False)
     for column in ("GPU", "Model", "Owner", "Util", "Memory", "Power", "Temp", "MIG", "Procs"):
         gpus.add_column(column, no_wrap=column != "MIG")
     for gpu in sample.gpus:
-        gpus.add_row(*_gpu_row(gpu))
+        _plain_row(gpus, *_gpu_row(gpu))
         for gi in gpu.mig.gpu_instances if gpu.mig else ():
             used = next((m.memory_used_bytes for m in gpu.mig_samples if m.gpu_instance_id == gi.id), None)
             procs = sum(1 for p in gpu.processes if p.gpu_instance_id == gi.id)
             cis = ", ".join(ci.name for ci in gi.compute_instances) or "no compute instance"
-            gpus.add_row(
+            _plain_row(
+                gpus,
                 "",
                 f"  └ {gi.profile_name} (GI {gi.id})",
                 "",
@@ -140,7 +143,8 @@ def print_node(console: Console, node: Node, sample: NodeSample) -> None:
         mig = "" if p.gpu_instance_id is None else f"GI {p.gpu_instance_id}/CI {p.compute_instance_id}"
         found = chain.attribute(p, AttributionContext(node.hostname, gpu, gpu.owner))
         tenant = f"{found.team} ({found.source})"
-        table.add_row(
+        _plain_row(
+            table,
             str(gpu.info.index),
             mig,
             str(p.pid),
@@ -150,6 +154,10 @@ def print_node(console: Console, node: Node, sample: NodeSample) -> None:
             p.command,
         )
     console.print(table)
+
+
+def _plain_row(table: Table, *cells: str) -> None:
+    table.add_row(*(Text(cell) for cell in cells))
 
 
 def _gpu_row(gpu: Gpu) -> list[str]:

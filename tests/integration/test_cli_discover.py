@@ -67,3 +67,25 @@ def test_discover_needs_a_target() -> None:
     result = _gpuops("discover")
     assert result.returncode == 2
     assert "--local" in result.stderr
+
+
+def test_node_text_that_looks_like_markup_is_shown_as_it_is(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A process's command line is the node's text, not rich markup: '[/oops]' once crashed the
+    # table (MarkupError traceback) and '[bold]' would have been swallowed.
+    spec = tmp_path / "node.json"
+    command = "train [/oops] [bold]x[/bold]"
+    spec.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "gpus": [{"model": "A100-SXM4-40GB"}],
+                "workloads": [
+                    {"name": "w", "kind": "training", "user": "alice", "gpu": 0, "command": command}
+                ],
+            }
+        )
+    )
+    result = _gpuops("discover", "--local", "--backend", "sim", "--sim-spec", str(spec))
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert command in result.stdout
