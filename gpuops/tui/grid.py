@@ -3,9 +3,10 @@
 `layout_grid` (pure) places groups, nodes and cells on lines for a width; `FleetGrid` (a Line API
 scroll view) draws only the lines in view, so a 1000-GPU fleet costs the same to redraw as a
 10-GPU one. A cell is 6 columns: utilization (3) and memory (3), each on its own colour scale; a
-MIG slice shows its compute size ("3g") instead of utilization, which NVML does not report per MIG
-device. Nodes that fit side by side are packed into columns on wide terminals; a node that is not
-live gets a line of its own, with its state, age and reason after its (dimmed, last known) cells.
+MIG slice shows its SMs' utilization where NVML's GPM gives it (Hopper and newer), else its compute
+size ("3g"), in the slice's busy or idle colour. Nodes that fit side by side are packed into
+columns on wide terminals; a node that is not live gets a line of its own, with its state, age and
+reason after its (dimmed, last known) cells.
 """
 
 from __future__ import annotations
@@ -212,9 +213,12 @@ def cell_segments(cell: Cell, live: bool, cursor: bool) -> list[Segment]:
     elif cell.kind == EMPTY_MIG:
         segs = [Segment(" MIG  ", render.FREE_STYLE)]
     elif cell.kind == SLICE:
-        size = cell.profile.split(".", 1)[0][:3]
-        left = render.SLICE_BUSY if cell.busy else render.SLICE_IDLE
-        segs = [Segment(f"{size:>3}", left), Segment(render.pct3(cell.memory), render.mem_style(cell.memory))]
+        if cell.util is not None:
+            left = Segment(render.pct3(cell.util), render.util_style(cell.util))
+        else:
+            size = cell.profile.split(".", 1)[0][:3]
+            left = Segment(f"{size:>3}", render.SLICE_BUSY if cell.busy else render.SLICE_IDLE)
+        segs = [left, Segment(render.pct3(cell.memory), render.mem_style(cell.memory))]
     else:
         segs = [
             Segment(render.pct3(cell.util), render.util_style(cell.util)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from gpuops.core.history import instance_fraction
@@ -25,7 +26,7 @@ class Cell(NamedTuple):
     model: str  # short model name
     instance: int | None = None  # MIG GPU instance id
     profile: str = ""  # MIG profile ("3g.40gb"); "" for a whole GPU
-    util: float | None = None  # percent; None where not reported (MIG devices) or no data
+    util: float | None = None  # percent (a slice's: its SMs, NVML's GPM); None where not reported
     memory: float | None = None  # percent of the GPU's (or slice's) memory in use
     memory_used: int | None = None
     memory_total: int | None = None
@@ -34,6 +35,19 @@ class Cell(NamedTuple):
     processes: int = 0
     tenants: tuple[str, ...] = ()  # teams with processes on it
     users: tuple[str, ...] = ()
+
+
+def weighted_util(cells: Iterable[Cell]) -> float | None:
+    """Mean utilization of the cells that report one, each counted by the share of a GPU it is: a
+    3g slice at 90% and a 1g slice at 10% of a 7-slice GPU are 3/7 and 1/7 of it, so they make
+    (3*90 + 1*10) / 4 = 70%, not the cells' plain mean of 50%. Free MIG capacity reports nothing
+    (no instance, so no SM activity figure) and is not counted."""
+    total = weight = 0.0
+    for c in cells:
+        if c.util is not None:
+            total += c.util * c.fraction
+            weight += c.fraction
+    return total / weight if weight > 0 else None
 
 
 def gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> list[Cell]:
@@ -66,6 +80,7 @@ def gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> list[Cell]:
                     model,
                     instance=gi.id,
                     profile=gi.profile_name,
+                    util=as_float(sample.sm_utilization_percent) if sample else None,
                     memory=percent_of(mem_used, mem_total),
                     memory_used=mem_used,
                     memory_total=mem_total,

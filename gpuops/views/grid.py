@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from gpuops.tenancy.ownership import UNOWNED
-from gpuops.views.cells import FREE, GPU, LOST, SLICE, Cell
+from gpuops.views.cells import FREE, GPU, LOST, SLICE, Cell, weighted_util
 from gpuops.views.common import percent_of
 from gpuops.views.filter import Filter
 from gpuops.views.nodes import NodeRow, filter_rows, sort_rows
@@ -22,7 +22,7 @@ class Totals:
     idle: int = 0
     unknown: int = 0  # GPUs without current data
     slices_idle: float = 0.0  # GPU-equivalents of idle MIG slices (and free capacity) on busy GPUs
-    util: float | None = None  # mean of reporting GPUs
+    util: float | None = None  # mean of reporting GPUs and MIG slices, each by its share of a GPU
     memory_used: int = 0
     memory_total: int = 0
     processes: int = 0
@@ -33,8 +33,8 @@ class Totals:
 
 
 def totals(rows: Sequence[NodeRow]) -> Totals:
-    util_sum = slices_idle = 0.0
-    util_n = gpus = busy = idle = unknown = used = total = procs = 0
+    util_sum = util_weight = slices_idle = 0.0
+    gpus = busy = idle = unknown = used = total = procs = 0
     for r in rows:
         gpus += r.gpus
         if r.has_data:
@@ -43,8 +43,8 @@ def totals(rows: Sequence[NodeRow]) -> Totals:
             slices_idle += _idle_slices_on_busy_gpus(r.cells)
             for c in r.cells:
                 if c.util is not None:
-                    util_sum += c.util
-                    util_n += 1
+                    util_sum += c.util * c.fraction
+                    util_weight += c.fraction
         else:
             unknown += r.gpus
         used += r.memory_used
@@ -57,7 +57,7 @@ def totals(rows: Sequence[NodeRow]) -> Totals:
         idle=idle,
         unknown=unknown,
         slices_idle=round(slices_idle, 6),
-        util=util_sum / util_n if util_n else None,
+        util=util_sum / util_weight if util_weight > 0 else None,
         memory_used=used,
         memory_total=total,
         processes=procs,
@@ -89,16 +89,14 @@ class Group:
 
 def _subset(row: NodeRow, cells: tuple[Cell, ...]) -> NodeRow:
     """A node row with only some of its GPUs (a node whose GPUs belong to several teams)."""
-    whole = [c for c in cells if c.kind in (GPU, LOST)]
     gpus = len({c.gpu for c in cells})
     busy = len({c.gpu for c in cells if c.busy})
-    utils = [c.util for c in whole if c.util is not None]
     return replace(
         row,
         cells=cells,
         gpus=gpus,
         busy=busy if row.has_data else 0,
-        util=sum(utils) / len(utils) if utils else None,
+        util=weighted_util(cells),
         memory_used=sum(c.memory_used or 0 for c in cells if c.kind != SLICE),
         memory_total=sum(c.memory_total or 0 for c in cells if c.kind in (GPU, LOST)),
         processes=sum(c.processes for c in cells),

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from gpuops.core.model import NotAvailable
 from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE, FleetSnapshot, NodeView
 from gpuops.tenancy.ownership import Ownership
-from gpuops.views.cells import Cell, gpu_cells
-from gpuops.views.common import as_float, as_int, gpu_busy, percent_of, short_model
+from gpuops.views.cells import Cell, gpu_cells, weighted_util
+from gpuops.views.common import as_int, gpu_busy, percent_of, short_model
 from gpuops.views.filter import Filter
 
 
@@ -30,7 +30,7 @@ class NodeRow:
     cells: tuple[Cell, ...]
     gpus: int
     busy: int
-    util: float | None  # mean over GPUs that report it
+    util: float | None  # mean over GPUs and MIG slices that report it (cells.weighted_util)
     memory_used: int
     memory_total: int
     processes: int
@@ -56,7 +56,6 @@ def node_row(view: NodeView, ownership: Ownership) -> NodeRow:
     gpus = view.sample.gpus if view.sample else (view.inventory.gpus if view.inventory else ())
     cells: list[Cell] = []
     models: dict[str, int] = {}
-    utils: list[float] = []
     busy = processes = mem_used = mem_total = 0
     for gpu in gpus:
         cells.extend(gpu_cells(view, gpu, ownership))
@@ -64,9 +63,6 @@ def node_row(view: NodeView, ownership: Ownership) -> NodeRow:
         models[name] = models.get(name, 0) + 1
         s = gpu.sample
         if s is not None:
-            util = as_float(s.utilization_gpu_percent)
-            if util is not None:
-                utils.append(util)
             mem_used += as_int(s.memory_used_bytes) or 0
         mem_total += as_int(gpu.info.memory_total_bytes) or 0
         if view.sample is not None and gpu_busy(gpu):
@@ -93,7 +89,7 @@ def node_row(view: NodeView, ownership: Ownership) -> NodeRow:
         cells=tuple(cells),
         gpus=len(gpus),
         busy=busy,
-        util=sum(utils) / len(utils) if utils else None,
+        util=weighted_util(cells),
         memory_used=mem_used,
         memory_total=mem_total,
         processes=processes,

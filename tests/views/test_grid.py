@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuops.fleet.collector import UNREACHABLE
@@ -9,7 +11,7 @@ from gpuops.fleet.simsource import SimSource
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views.cells import FREE, SLICE
 from gpuops.views.filter import parse_filter
-from gpuops.views.grid import BY_NODE, BY_TEAM, group_rows
+from gpuops.views.grid import BY_NODE, BY_TEAM, group_rows, totals
 from gpuops.views.nodes import node_rows, sort_rows
 from gpuops.views.tenants import tenant_rows
 from tests.tui.conftest import Clock
@@ -23,7 +25,16 @@ def test_rows_and_cells(source: SimSource, clock: Clock) -> None:
     assert len(platform.cells) == 22
     assert {c.profile for c in platform.cells} == {"3g.40gb", "2g.20gb", "1g.10gb"}
     used = [c for c in platform.cells if c.busy]
-    assert used and all(c.tenants and c.util is None for c in used)
+    assert used and all(c.tenants for c in used)
+    # H100s: each slice's SM utilization from NVML's GPM, as the agent sampled it.
+    sample = source.views["sim-platform-01"].sample
+    assert sample is not None
+    gpm = {
+        (g.info.index, m.gpu_instance_id): m.sm_utilization_percent
+        for g in sample.gpus
+        for m in g.mig_samples
+    }
+    assert all(c.util == gpm[(c.gpu, c.instance)] for c in platform.cells if c.kind == SLICE)
     robotics = rows["sim-robotics-01"]
     assert robotics.busy == 0 and robotics.idle == 8 and all(c.util == 0 for c in robotics.cells)
     assert "judy" not in robotics.search and "robotics" in robotics.search
@@ -82,3 +93,35 @@ def test_team_header_and_chip_agree_on_idle_mig_slices(source: SimSource, clock:
     chip = {r.team: r for r in tenant_rows(source.snapshot(clock()), ownership)}["platform"]
     assert platform.slices_idle == pytest.approx(chip.idle) and chip.idle > 1
     assert groups["robotics"].totals.slices_idle == 0  # whole GPUs: their idle ones are counted idle
+
+
+def test_totals_weigh_mig_slices_by_their_share_of_the_gpu(source: SimSource, clock: Clock) -> None:
+    """GPU 0 of sim-platform-01 (H100, 7 compute slices) is carved 3g+2g+1g+1g with slices at
+    different utilizations: the GPU's figure counts the 3g slice three times a 1g slice."""
+    rows = {r.name: r for r in node_rows(source.snapshot(clock()), Ownership.from_sim_plan(source.plan))}
+    platform = rows["sim-platform-01"]
+    gpu0 = replace(platform, cells=tuple(c for c in platform.cells if c.gpu == 0), gpus=1)
+    sample = source.views["sim-platform-01"].sample
+    assert sample is not None
+    gpm = {m.gpu_instance_id: float(m.sm_utilization_percent) for m in sample.gpus[0].mig_samples}  # type: ignore[arg-type]
+    slices = {gi.id: int(gi.profile_name[0]) for gi in sample.gpus[0].mig.gpu_instances}  # type: ignore[union-attr]
+    assert sorted(slices.values()) == [1, 1, 2, 3] and len(set(gpm.values())) > 1
+    weighted = sum(gpm[gi] * n for gi, n in slices.items()) / 7
+    plain = sum(gpm.values()) / len(gpm)
+    assert abs(weighted - plain) > 1  # the slices differ enough for the two to disagree
+    assert totals([gpu0]).util == pytest.approx(weighted)
+    # The node row and the whole node's totals weigh the same way.
+    assert totals([platform]).util == pytest.approx(platform.util)
+    # Every slice of its four GPUs is carved: each GPU's shares add up to one.
+    shares = [
+        float(m.sm_utilization_percent) * _share(g, m.gpu_instance_id)
+        for g in sample.gpus
+        for m in g.mig_samples
+    ]  # type: ignore[arg-type]
+    assert platform.util == pytest.approx(sum(shares) / len(sample.gpus))
+
+
+def _share(gpu: object, gi_id: int) -> float:
+    """A GI's compute slices over the H100's 7, from its profile name ("3g.40gb": 3)."""
+    mig = gpu.mig  # type: ignore[attr-defined]
+    return int(next(gi for gi in mig.gpu_instances if gi.id == gi_id).profile_name[0]) / 7
