@@ -1,15 +1,19 @@
 """`gpuops tenants` (per-team accounting over a window) and `gpuops rebalance` (a proposal that
 moves idle silo GPUs into a pool, with guarantees from evidence), both from the nodes' history.
 
-gpuops tenants -f FLEET [--window 24h] [--json]
+gpuops tenants -f FLEET [--window 24h] [--json] [--prometheus URL]
     exit 0; 1: error; 3: figures shown, but some node's history has unreadable buckets
 gpuops rebalance -f FLEET [--window 7d] [--pool shared] [--no-moves] [-o proposed.yaml] [--json]
-    [--allow-incomplete-history]
+    [--allow-incomplete-history] [--prometheus URL]
     exit 0: nothing to change; 1: error, no feasible proposal, or history with unreadable
     buckets (refused unless --allow-incomplete-history); 2: a proposal with changes
 
 Unreadable history is unknown time, never idle or busy: the figures leave those buckets out and
 the warning names each node and how many (docs/history.md#unreadable-history).
+
+With --prometheus URL (or fleet.yaml's `source: {prometheus: URL}`) the history is read from
+Prometheus' recording rules instead of from every node over SSH (tenancy/prometheus_history.py,
+docs/prometheus-source.md#history); the same evidence, the same tables.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from rich.table import Table
 from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
 from gpuops.cli.fleet import load_or_fail
+from gpuops.cli.sources import prometheus_url
 from gpuops.core.atomic_file import atomic_write
 from gpuops.core.history import History
 from gpuops.core.units import format_bytes, parse_percent
@@ -36,6 +41,7 @@ from gpuops.spec.errors import SpecError
 from gpuops.tenancy.accounting import (
     Evidence,
     PoolUsage,
+    Window,
     WindowError,
     gather_evidence,
     parse_window,
@@ -64,16 +70,44 @@ COLUMNS = (
 _out = CliConsole(highlight=False, soft_wrap=True)
 
 
-def _evidence(fleet: Fleet, window_text: str, parallel: int) -> Evidence:
+PROMETHEUS_HISTORY_HELP = (
+    "Read the history from this Prometheus' recording rules instead of from every node over SSH "
+    "(default: fleet.yaml's source.prometheus, if any)."
+)
+HISTORY_TIMEOUT = 60.0  # seconds for the whole round of range queries
+
+
+async def _prometheus_histories(
+    url: str, fleet: Fleet, window: Window, now: float
+) -> dict[str, History | str]:
+    from gpuops.fleet.promql.client import PromClient, PromError
+    from gpuops.tenancy.prometheus_history import read_histories_promql
+
+    timeout = fleet.live_source.timeout or HISTORY_TIMEOUT
+    client = PromClient(url, timeout)
+    try:
+        nodes = [n.name for n in fleet.nodes]
+        return await read_histories_promql(client, window, now, nodes, timeout=timeout)
+    except PromError as exc:
+        fail(f"--prometheus: {exc}")
+    finally:
+        await client.close()
+
+
+def _evidence(fleet: Fleet, window_text: str, parallel: int, url: str | None = None) -> Evidence:
     try:
         window = parse_window(window_text)
     except WindowError as exc:
         fail(str(exc))
     now = time.time()
-    targets = node_targets(fleet)
-    histories: dict[str, History | str] = asyncio.run(
-        read_histories(targets, window, now, parallel=parallel, handshakes=fleet.max_handshakes)
-    )
+    histories: dict[str, History | str]
+    if url is not None:
+        histories = asyncio.run(_prometheus_histories(url, fleet, window, now))
+    else:
+        targets = node_targets(fleet)
+        histories = asyncio.run(
+            read_histories(targets, window, now, parallel=parallel, handshakes=fleet.max_handshakes)
+        )
     evidence = gather_evidence(fleet, histories, window, now)
     missing = {**no_history(histories), **evidence.missing}
     return dataclasses.replace(evidence, missing=missing)
@@ -111,12 +145,14 @@ def tenants_command(
     window: str = typer.Option("24h", "--window", "-w", help="1m, 1h, 24h, 7d or any N[mhd] up to 90d."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     parallel: int = typer.Option(32, "--parallel", min=1, help="Nodes read at once."),
+    prometheus: str | None = typer.Option(None, "--prometheus", help=PROMETHEUS_HISTORY_HELP),
 ) -> None:
     """Per team over a window: GPUs owned, guaranteed, used (mean, p95, peak), borrowed, lent,
     idle capacity of its silo, memory; then each pool as a whole (guaranteed, used, idle). Figures in
     GPUs' worth of GPU time."""
     fleet = load_or_fail(fleet_file)
-    evidence = _evidence(fleet, window, parallel)
+    url = prometheus_url(prometheus, fleet)
+    evidence = _evidence(fleet, window, parallel, url)
     rows = tenant_usage(evidence, fleet)
     pools = pool_usage(evidence, fleet)
     if as_json:
@@ -124,6 +160,7 @@ def tenants_command(
             "window": evidence.window.text,
             "since": evidence.starts[0],
             "until": evidence.now,
+            "source": {"kind": "prometheus", "url": url} if url is not None else {"kind": "ssh"},
             "tenants": [dataclasses.asdict(r) for r in rows],
             "pools": [dataclasses.asdict(p) for p in pools],
             "gpus": [
@@ -244,6 +281,7 @@ def rebalance_command(
         help="Propose even when some node's history has unreadable buckets (from the time "
         "readable on every node).",
     ),
+    prometheus: str | None = typer.Option(None, "--prometheus", help=PROMETHEUS_HISTORY_HELP),
 ) -> None:
     """Propose moving under-used silo GPUs into a pool, with guarantees no lower than each team's
     p95 use and a carving that enforces them. Review it, then `gpuops plan`/`apply` the file.
@@ -254,7 +292,7 @@ def rebalance_command(
     except ValueError as exc:
         fail(f"--idle: {exc}")
     fleet = load_or_fail(fleet_file)
-    evidence = _evidence(fleet, window, parallel)
+    evidence = _evidence(fleet, window, parallel, prometheus_url(prometheus, fleet))
     if evidence.incomplete and not allow_incomplete:
         first = min(evidence.incomplete)
         more = len(evidence.incomplete) - 1

@@ -255,6 +255,20 @@ class PromClient:
             )
         return found
 
+    async def rule_groups(self, timeout: float | None = None) -> dict[str, float]:
+        """Each loaded recording-rule group's evaluation interval in seconds, by group name."""
+        data, _ = await self._call("/api/v1/rules?type=record", None, timeout)
+        if not isinstance(data, dict):
+            raise PromError("bad_response", "/api/v1/rules: no data")
+        found: dict[str, float] = {}
+        for group in data.get("groups") or ():
+            if isinstance(group, dict) and isinstance(group.get("name"), str):
+                try:
+                    found[group["name"]] = float(group.get("interval") or 0)
+                except (TypeError, ValueError):
+                    continue
+        return found
+
 
 def _reason(exc: httpx.TransportError) -> str:
     """The system's words for a failed connection ("connection refused"), without httpx's

@@ -1,6 +1,7 @@
 """The sim fleet's own Prometheus (`gpuops sim up --prometheus`): Debian's `prometheus` binary,
 started by the fleet process, scraping every simulated node's exporter and evaluating gpuops'
-rules (deploy/prometheus/gpuops.rules.yml), so the PromQL fleet source has a real server to read.
+rules (deploy/prometheus/gpuops.rules.yml, and gpuops-history.rules.yml for the PromQL history of
+`tenants` and `rebalance`), so the PromQL fleet source has a real server to read.
 
 - loopback only: `--web.listen-address=127.0.0.1:PORT` on a free port (probed, retried when
   another process takes it between the probe and the bind);
@@ -38,7 +39,8 @@ JOB = "gpuops-node"
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 PORT_ATTEMPTS = 5
-RULES = Path(__file__).resolve().parents[3] / "deploy" / "prometheus" / "gpuops.rules.yml"
+RULES_DIR = Path(__file__).resolve().parents[3] / "deploy" / "prometheus"
+RULES = ("gpuops.rules.yml", "gpuops-history.rules.yml")
 MISSING = (
     "Prometheus is not installed (no `prometheus` on PATH): install Debian's package "
     "(apt-get install prometheus) or leave out --prometheus"
@@ -54,9 +56,9 @@ def prometheus_binary() -> str | None:
     return shutil.which(BINARY)
 
 
-def rules_file() -> Path | None:
+def rules_files() -> list[Path]:
     """gpuops' rules when this is a source checkout (deploy/ is not part of the wheel)."""
-    return RULES if RULES.is_file() else None
+    return [RULES_DIR / name for name in RULES if (RULES_DIR / name).is_file()]
 
 
 def _free_port() -> int:
@@ -80,7 +82,7 @@ def _die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-def config_document(targets: Sequence[str], rules: Path | None) -> dict[str, object]:
+def config_document(targets: Sequence[str], rules: Sequence[Path]) -> dict[str, object]:
     """prometheus.yml as a document (JSON is YAML): one job over the nodes' exporters."""
     return {
         "global": {
@@ -88,7 +90,7 @@ def config_document(targets: Sequence[str], rules: Path | None) -> dict[str, obj
             "scrape_timeout": SCRAPE_INTERVAL,
             "evaluation_interval": SCRAPE_INTERVAL,
         },
-        "rule_files": [str(rules)] if rules is not None else [],
+        "rule_files": [str(path) for path in rules],
         "scrape_configs": [
             {"job_name": JOB, "static_configs": [{"targets": list(targets)}]},
         ],
@@ -98,10 +100,10 @@ def config_document(targets: Sequence[str], rules: Path | None) -> dict[str, obj
 class SimPrometheus:
     """One Prometheus in `workdir` scraping `targets` (`127.0.0.1:PORT` each)."""
 
-    def __init__(self, workdir: Path, targets: Sequence[str], rules: Path | None = None) -> None:
+    def __init__(self, workdir: Path, targets: Sequence[str], rules: Sequence[Path] = ()) -> None:
         self.workdir = workdir
         self.targets = list(targets)
-        self.rules = rules
+        self.rules = list(rules)
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
 

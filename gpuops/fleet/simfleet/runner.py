@@ -53,7 +53,7 @@ from gpuops.fleet.simfleet.prometheus import (
     SimPrometheus,
     SimPrometheusError,
     prometheus_binary,
-    rules_file,
+    rules_files,
 )
 from gpuops.fleet.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
 from gpuops.fleet.simfleet.server import SimFleetServer
@@ -332,7 +332,7 @@ async def serve(
     scraper: SimPrometheus | None = None
     if prometheus:
         targets = [f"{HOST}:{metrics_ports[node.name]}" for node in plan.nodes]
-        scraper = SimPrometheus(paths.dir / "prometheus", targets, rules_file())
+        scraper = SimPrometheus(paths.dir / "prometheus", targets, rules_files())
         try:
             await scraper.start()
         except BaseException:
