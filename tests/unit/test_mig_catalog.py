@@ -36,6 +36,17 @@ def test_the_models() -> None:
         "H100-PCIE-80GB",
         "H200-141GB",
         "A30-24GB",
+        "H100-NVL-94GB",
+        "H100-96GB",
+        "GH200-96GB",
+        "GH200-144GB",
+        "H20-96GB",
+        "PG506-96GB",
+        "B200",
+        "GB200",
+        "B300",
+        "GB300",
+        "RTX-PRO-6000-96GB",
     }
     for key, model in MODELS.items():
         assert model.key == key
@@ -253,7 +264,7 @@ def test_compute_profile_examples() -> None:
 # Structural invariants and the driver's default order.
 
 
-INFERABLE = {"memory_mib", "multiprocessor_count", "engines", "placements", "driver_order"}
+INFERABLE = {"id", "memory_mib", "multiprocessor_count", "engines", "placements", "driver_order"}
 
 
 @pytest.mark.parametrize("model", list(MODELS.values()), ids=list(MODELS))
@@ -365,7 +376,7 @@ def test_find_model(text: str, key: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "A100", "H100", "H100 NVL", "NVIDIA H100 NVL", "V100", "NVIDIA", "A30-48GB"]
+    "text", ["", "A100", "H100", "B100", "NVIDIA H100 SXM9", "V100", "NVIDIA", "A30-48GB"]
 )
 def test_find_model_unknown(text: str) -> None:
     assert find_model(text) is None
@@ -391,6 +402,25 @@ def test_every_spelling_finds_its_own_model() -> None:
         (0x2331, "H100-PCIE-80GB"),
         (0x2335, "H200-141GB"),
         (0x233B, "H200-141GB"),
+        # every id NVIDIA's mig-parted configs name
+        (0x20B1, "A100-SXM4-40GB"),
+        (0x20F6, "A100-SXM4-40GB"),
+        (0x20F3, "A100-80GB"),
+        (0x20F5, "A100-80GB"),
+        (0x2324, "H100-80GB"),
+        (0x2322, "H100-PCIE-80GB"),
+        (0x2321, "H100-NVL-94GB"),
+        (0x233A, "H100-NVL-94GB"),
+        (0x233D, "H100-96GB"),
+        (0x2342, "GH200-96GB"),
+        (0x2348, "GH200-144GB"),
+        (0x2329, "H20-96GB"),
+        (0x20B6, "PG506-96GB"),
+        (0x2901, "B200"),
+        (0x2941, "GB200"),
+        (0x3182, "B300"),
+        (0x31C2, "GB300"),
+        (0x2BB5, "RTX-PRO-6000-96GB"),
     ],
 )
 def test_model_for_pci_device_id(device: int, key: str) -> None:
@@ -401,9 +431,9 @@ def test_model_for_pci_device_id(device: int, key: str) -> None:
         assert full in m.pci_device_ids
 
 
-@pytest.mark.parametrize("value", [0x2321, 0x232110DE, 0x1DB4, 0x20B01002, 0, -1])
+@pytest.mark.parametrize("value", [0x26B9, 0x26B910DE, 0x1FB0, 0x1DB4, 0x20B01002, 0, -1])
 def test_model_for_pci_device_id_unknown(value: int) -> None:
-    """H100 NVL (2321) is left out for lack of real data; other vendors never match."""
+    """GPUs without MIG (L40S 26B9, the DGX Station's display GPU 1FB0) and other vendors."""
     assert model_for_pci_device_id(value) is None
 
 

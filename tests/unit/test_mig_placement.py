@@ -92,17 +92,23 @@ def brute_force(
 
 def multisets(model: MigModel, slack: int = 2) -> Iterator[Counts]:
     """Every multiset of profiles with at most max_count + 1 of each and at most
-    memory_slice_count + slack memory slices: all that fit, and those just beyond every limit."""
+    memory_slice_count + slack memory slices: all that fit, and those just beyond every limit.
+    Built profile by profile, stopping once over the slice budget (the RTX PRO 6000 has 11
+    profiles: the full product would be millions of tuples)."""
     profiles = model.profiles
-    ranges = [
-        range(min(p.max_count + 1, model.memory_slice_count // p.memory_slices + 1) + 1) for p in profiles
-    ]
-    for ns in itertools.product(*ranges):
-        if (
-            sum(n * p.memory_slices for n, p in zip(ns, profiles, strict=True))
-            <= model.memory_slice_count + slack
-        ):
-            yield tuple(zip(profiles, ns, strict=True))
+    budget = model.memory_slice_count + slack
+
+    def extend(i: int, used: int, chosen: tuple[int, ...]) -> Iterator[Counts]:
+        if i == len(profiles):
+            yield tuple(zip(profiles, chosen, strict=True))
+            return
+        p = profiles[i]
+        for n in range(min(p.max_count + 1, model.memory_slice_count // p.memory_slices + 1) + 1):
+            if used + n * p.memory_slices > budget:
+                break
+            yield from extend(i + 1, used + n * p.memory_slices, (*chosen, n))
+
+    yield from extend(0, 0, ())
 
 
 def as_placements(layout: Sequence[tuple[GpuInstanceProfile, int]]) -> list[Placement]:

@@ -273,7 +273,9 @@ CASES: list[tuple[str, str, str | list[str]]] = [
         - select: {gpus: {model: NVIDIA L40S}}
           mig: {enabled: true}
         """,
-        "f.yaml:9:20: carve[0].select.gpus: 'NVIDIA L40S' has no MIG in gpuops' catalog; MIG models: A100-SXM4-40GB, A100-80GB, H100-80GB, H100-PCIE-80GB, H200-141GB, A30-24GB",
+        "f.yaml:9:20: carve[0].select.gpus: 'NVIDIA L40S' has no MIG in gpuops' catalog; MIG models: A100-SXM4-40GB, A100-80GB, H100-80GB, H100-PCIE-80GB, H200-141GB, A30-24GB, "
+        "H100-NVL-94GB, H100-96GB, GH200-96GB, GH200-144GB, H20-96GB, PG506-96GB, B200, GB200, B300, GB300, "
+        "RTX-PRO-6000-96GB",
     ),
     (
         "MPS percentage 0",
@@ -585,7 +587,7 @@ CASES: list[tuple[str, str, str | list[str]]] = [
         - select: {gpus: {model: H100}}
           mps: {enabled: true}
         """,
-        "f.yaml:9:21: carve[0].select.gpus.model[0]: ambiguous GPU model 'H100'; name the memory size too: H100-80GB, H100-PCIE-80GB",
+        "f.yaml:9:21: carve[0].select.gpus.model[0]: ambiguous GPU model 'H100'; name the memory size too: H100-80GB, H100-96GB, H100-NVL-94GB, H100-PCIE-80GB",
     ),
     (
         "GPU indices out of range",

@@ -44,6 +44,14 @@ GI_PROFILE_6_SLICE = 6
 GI_PROFILE_1_SLICE_REV1 = 7
 GI_PROFILE_2_SLICE_REV1 = 8
 GI_PROFILE_1_SLICE_REV2 = 9
+# Blackwell's media/graphics variants (RTX PRO 6000): +gfx, -me (no media engines), +me.all.
+GI_PROFILE_1_SLICE_GFX = 10
+GI_PROFILE_2_SLICE_GFX = 11
+GI_PROFILE_4_SLICE_GFX = 12
+GI_PROFILE_1_SLICE_NO_ME = 13
+GI_PROFILE_2_SLICE_NO_ME = 14
+GI_PROFILE_1_SLICE_ALL_ME = 15
+GI_PROFILE_2_SLICE_ALL_ME = 16
 
 # NVML_COMPUTE_INSTANCE_PROFILE_* values, by compute-slice count.
 CI_PROFILE_ID_BY_SLICES: Dict[int, int] = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
@@ -101,10 +109,14 @@ class GpuInstanceProfile:
     min_driver: int = 0  # R-number, e.g. 525 for A100 1g.10gb
     inferred: bool = False  # True where some figure is not observed in the reference
     inferred_fields: Tuple[str, ...] = ()  # which: memory_mib, multiprocessor_count, engines, ...
+    # Other names the same profile has on this model under other drivers (GB200: 3g.95gb was
+    # 3g.93gb's name before R575); looked up like the name, never shown.
+    aliases: Tuple[str, ...] = ()
 
     @property
     def media_extensions(self) -> bool:
-        return self.name.endswith("+me")
+        """+me and +me.all own media engines beyond the slice's share; -me owns none."""
+        return self.name.endswith(("+me", "+me.all"))
 
     @property
     def default_compute_profile(self) -> ComputeProfile:
@@ -192,6 +204,9 @@ class MigModel:
             return self._by_id(int(text))
         for p in self.profiles:
             if p.name.lower() == text:
+                return p
+        for p in self.profiles:
+            if text in (a.lower() for a in p.aliases):
                 return p
         return None
 
@@ -291,6 +306,7 @@ class _Row:
     driver_order: Tuple[int, ...]
     min_driver: int
     inferred_fields: Tuple[str, ...]
+    aliases: Tuple[str, ...] = ()
 
 
 def _build_profiles(rows: Iterable[_Row]) -> Tuple[GpuInstanceProfile, ...]:
@@ -316,6 +332,7 @@ def _build_profiles(rows: Iterable[_Row]) -> Tuple[GpuInstanceProfile, ...]:
                 min_driver=r.min_driver,
                 inferred=bool(r.inferred_fields),
                 inferred_fields=r.inferred_fields,
+                aliases=r.aliases,
             )
         )
     return tuple(out)
@@ -351,11 +368,18 @@ def _rows_8(
     engines: Tuple[Engines, Engines, Engines, Engines, Engines, Engines, Engines],
     rev2_min_driver: int,
     inferred: Tuple[str, ...],
+    row_inferred: Optional[Tuple[Tuple[str, ...], ...]] = None,
+    aliases: Optional[Tuple[Tuple[str, ...], ...]] = None,
 ) -> Tuple[_Row, ...]:
-    """Rows of an 8-slice model in the order of `_SHAPE_8`: 1g, 1g+me, 1g.Xgb (REV2), 2g, 3g, 4g, 7g."""
+    """Rows of an 8-slice model in the order of `_SHAPE_8`: 1g, 1g+me, 1g.Xgb (REV2), 2g, 3g, 4g, 7g.
+
+    `inferred` applies to every row, `row_inferred` adds fields per row (transcripts that show
+    only some rows); `aliases` gives per row the names other drivers use."""
     out: List[_Row] = []
     for i, (enum, pid, cs, ms, mx, placements, order, order_inferred) in enumerate(_SHAPE_8):
-        fields = tuple(inferred) + (("driver_order",) if order_inferred else ())
+        extra = row_inferred[i] if row_inferred else ()
+        fields = tuple(f for f in inferred if f not in extra) + tuple(extra)
+        fields += ("driver_order",) if order_inferred else ()
         min_driver = 0
         if enum == GI_PROFILE_1_SLICE_REV1:
             min_driver = MIN_DRIVER_MEDIA_EXTENSIONS
@@ -376,14 +400,23 @@ def _rows_8(
                 driver_order=order,
                 min_driver=min_driver,
                 inferred_fields=fields,
+                aliases=aliases[i] if aliases else (),
             )
         )
     return tuple(out)
 
 
+def _gib(printed: float) -> int:
+    """NVML's memorySizeMB for the GiB `nvidia-smi mig -lgip` prints: the 32 MiB multiple that
+    prints so (21.62 -> 22144 MiB, i.e. 21.625)."""
+    return round(printed * 1024 / 32) * 32
+
+
 def _e(decoders: int, copy_engines: int, jpeg: int, ofa: int) -> Engines:
     return Engines(decoders=decoders, copy_engines=copy_engines, jpeg=jpeg, ofa=ofa)
 
+
+_DATA = ("memory_mib", "multiprocessor_count", "engines")
 
 # A100 engines [obs on A100-40GB]: DEC/CE/JPG/OFA.
 _A100_ENGINES = (
@@ -410,7 +443,8 @@ _A100_40GB = MigModel(
     key="A100-SXM4-40GB",
     aliases=("A100-40GB", "A100-PCIE-40GB", "A100-SXM-40GB"),
     nvml_names=("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"),
-    pci_device_ids=(0x20B010DE, 0x20F110DE),
+    # 20B1 A100 PCIe 40GB variant, 20F6 A800 40GB PCIe: same profile names in NVIDIA's configs
+    pci_device_ids=(0x20B010DE, 0x20F110DE, 0x20B110DE, 0x20F610DE),
     architecture="ampere",
     memory_slice_count=8,
     compute_slice_count=7,
@@ -432,7 +466,7 @@ _A100_80GB = MigModel(
     key="A100-80GB",
     aliases=("A100-SXM4-80GB", "A100-PCIE-80GB", "A100-80GB-PCIE", "A100-SXM-80GB"),
     nvml_names=("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"),
-    pci_device_ids=(0x20B210DE, 0x20B510DE),
+    pci_device_ids=(0x20B210DE, 0x20B510DE, 0x20F310DE, 0x20F510DE),  # + A800-SXM4-80GB, A800 80GB PCIe
     architecture="ampere",
     memory_slice_count=8,
     compute_slice_count=7,
@@ -454,7 +488,7 @@ _H100_80GB = MigModel(
     key="H100-80GB",
     aliases=("H100-SXM5-80GB", "H100-SXM-80GB", "H100-SXM", "H100-80GB-HBM3"),
     nvml_names=("NVIDIA H100 80GB HBM3",),
-    pci_device_ids=(0x233010DE,),
+    pci_device_ids=(0x233010DE, 0x232410DE),  # + H800 (SXM, 132 SMs)
     architecture="hopper",
     memory_slice_count=8,
     compute_slice_count=7,
@@ -478,7 +512,7 @@ _H100_PCIE = MigModel(
     key="H100-PCIE-80GB",
     aliases=("H100-PCIE", "H100-80GB-PCIE"),
     nvml_names=("NVIDIA H100 PCIe",),
-    pci_device_ids=(0x233110DE,),
+    pci_device_ids=(0x233110DE, 0x232210DE),  # + H800 PCIe (114 SMs) [inf: same table]
     architecture="hopper",
     memory_slice_count=8,
     compute_slice_count=7,
@@ -565,8 +599,372 @@ _A30 = MigModel(
     ),
 )
 
+# ---- models NVIDIA's mig-parted configs name (mig-parted examples, the GPU operator's ConfigMap).
+# Each figure is from the `nvidia-smi mig -lgip` transcript cited, or listed in inferred_fields.
+# Placements and driver orders are those of the H100 [inf]. Sizes belong to a model, never to a
+# profile name: 1g.18gb is 16.00 GiB on the H200 and 17.50 GiB on the GH200 144G.
+_HOPPER_OBSERVED_4 = ((), (), (), (), _DATA, _DATA, _DATA)  # rows 1g .. 2g shown, 3g .. 7g not
+
+# H100 NVL 94GB and H800 NVL: gpu-operator PR #900 / mig-parted PR #101 (1g.12gb 10.75 GiB 16 SMs,
+# 1g.24gb 21.62 GiB 26 SMs, 2g.24gb 32 SMs; 3g.47gb 46.38 GiB in the PR #101 review). 4g and 7g
+# sizes and the 3g+ SMs and engines follow the H100 SXM [inf].
+_H100_NVL = MigModel(
+    key="H100-NVL-94GB",
+    aliases=("H100-NVL", "H800-NVL", "H800-NVL-94GB"),
+    nvml_names=("NVIDIA H100 NVL", "NVIDIA H800 NVL"),
+    pci_device_ids=(0x232110DE, 0x233A10DE),
+    architecture="hopper",
+    memory_slice_count=8,
+    compute_slice_count=7,
+    memory_total_mib=95830,
+    multiprocessor_count=132,
+    profiles=_build_profiles(
+        _rows_8(
+            names=("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"),
+            memory_mib=(
+                _gib(10.75),
+                _gib(10.75),
+                _gib(21.62),
+                _gib(21.62),
+                _gib(46.38),
+                _gib(46.38),
+                _gib(93.00),
+            ),
+            sms=(16, 16, 26, 32, 60, 64, 132),
+            engines=_HOPPER_ENGINES,
+            rev2_min_driver=0,
+            inferred=("placements",),
+            row_inferred=((), (), (), (), ("multiprocessor_count", "engines"), _DATA, _DATA),
+        )
+    ),
+)
+
+# GH200 144G HBM3e: mig-parted PR #139 (1g.18gb 17.50 GiB 16 SMs, 1g.36gb 35.25 GiB 26 SMs,
+# 2g.36gb 32 SMs); 3g/4g/7g [inf] as the H100 SXM's proportions.
+_GH200_144 = MigModel(
+    key="GH200-144GB",
+    aliases=("GH200-144G", "GH200-144G-HBM3E"),
+    nvml_names=("NVIDIA GH200 144G HBM3e",),
+    pci_device_ids=(0x234810DE,),
+    architecture="hopper",
+    memory_slice_count=8,
+    compute_slice_count=7,
+    memory_total_mib=146831,
+    multiprocessor_count=132,
+    profiles=_build_profiles(
+        _rows_8(
+            names=("1g.18gb", "1g.18gb+me", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"),
+            memory_mib=(
+                _gib(17.50),
+                _gib(17.50),
+                _gib(35.25),
+                _gib(35.25),
+                _gib(70.75),
+                _gib(70.75),
+                _gib(141.75),
+            ),
+            sms=(16, 16, 26, 32, 60, 64, 132),
+            engines=_HOPPER_ENGINES,
+            rev2_min_driver=0,
+            inferred=("placements",),
+            row_inferred=_HOPPER_OBSERVED_4,
+        )
+    ),
+)
+
+
+def _hopper_96(
+    key: str,
+    aliases: Tuple[str, ...],
+    nvml: str,
+    pci: int,
+    arch: str,
+    sms: Tuple[int, ...],
+    engines: Tuple[Engines, ...],
+    total_sms: int,
+) -> MigModel:
+    """The 96 GB parts NVIDIA's configs group (1g.12gb .. 7g.96gb): no public transcript, so every
+    figure is [inf]: sizes the H100 SXM's x 1.2, SMs and engines those of their architecture."""
+    return MigModel(
+        key=key,
+        aliases=aliases,
+        nvml_names=(nvml,),
+        pci_device_ids=(pci,),
+        architecture=arch,
+        memory_slice_count=8,
+        compute_slice_count=7,
+        memory_total_mib=97871,
+        multiprocessor_count=total_sms,
+        profiles=_build_profiles(
+            _rows_8(
+                names=("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
+                memory_mib=(
+                    _gib(11.75),
+                    _gib(11.75),
+                    _gib(23.62),
+                    _gib(23.62),
+                    _gib(47.50),
+                    _gib(47.50),
+                    _gib(95.25),
+                ),
+                sms=sms,  # type: ignore[arg-type]
+                engines=engines,  # type: ignore[arg-type]
+                rev2_min_driver=0,
+                inferred=(*_DATA, "placements"),
+            )
+        ),
+    )
+
+
+_H100_96 = _hopper_96(
+    "H100-96GB",
+    ("H100-SXM-96GB",),
+    "NVIDIA H100 96GB HBM3",
+    0x233D10DE,
+    "hopper",
+    (16, 16, 26, 32, 60, 64, 132),
+    _HOPPER_ENGINES,
+    132,
+)
+_GH200_96 = _hopper_96(
+    "GH200-96GB",
+    ("GH200", "GH200-480GB"),
+    "NVIDIA GH200 480GB",
+    0x234210DE,
+    "hopper",
+    (16, 16, 26, 32, 60, 64, 132),
+    _HOPPER_ENGINES,
+    132,
+)
+_H20 = _hopper_96(
+    "H20-96GB",
+    ("H20",),
+    "NVIDIA H20",
+    0x232910DE,
+    "hopper",
+    (10, 10, 10, 22, 32, 44, 78),
+    _HOPPER_ENGINES,
+    78,
+)
+_PG506_96 = _hopper_96(
+    "PG506-96GB",
+    ("PG506",),
+    "NVIDIA PG506-96GB",
+    0x20B610DE,
+    "ampere",
+    (14, 14, 14, 28, 42, 56, 98),
+    _A100_ENGINES,
+    108,
+)
+
+# Blackwell engines [obs on B200, PR #166: 1g 1/2/1/0, +me 1/2/1/1, 1g.45gb 1/2/1/0, 2g 2/4/2/0];
+# 3g, 4g, 7g [inf] by the Hopper pattern with two copy engines per slice.
+_BLACKWELL_ENGINES = (
+    _e(1, 2, 1, 0),
+    _e(1, 2, 1, 1),
+    _e(1, 2, 1, 0),
+    _e(2, 4, 2, 0),
+    _e(3, 6, 3, 0),
+    _e(4, 8, 4, 0),
+    _e(7, 16, 7, 1),
+)
+
+# B200: mig-parted PR #166 (Jan 2025) shows 1g.23gb at 22.00 GiB, PR #187 (Mar 2025, another
+# driver) at 20.50 GiB; both show 18 SMs, 1g.45gb/2g.45gb 44.25 GiB with 30/36 SMs. The catalog
+# keeps 22.00 (the GB200 transcript of mig-parted issue #227 agrees). 3g/4g/7g [inf].
+_B200 = MigModel(
+    key="B200",
+    aliases=("B200-180GB", "B200-SXM-180GB"),
+    nvml_names=("NVIDIA B200",),
+    pci_device_ids=(0x290110DE,),
+    architecture="blackwell",
+    memory_slice_count=8,
+    compute_slice_count=7,
+    memory_total_mib=183359,
+    multiprocessor_count=148,
+    profiles=_build_profiles(
+        _rows_8(
+            names=("1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
+            memory_mib=(
+                _gib(22.00),
+                _gib(22.00),
+                _gib(44.25),
+                _gib(44.25),
+                _gib(88.75),
+                _gib(88.75),
+                _gib(177.75),
+            ),
+            sms=(18, 18, 30, 36, 66, 72, 144),
+            engines=_BLACKWELL_ENGINES,
+            rev2_min_driver=0,
+            inferred=("placements",),
+            row_inferred=_HOPPER_OBSERVED_4,
+        )
+    ),
+)
+
+# GB200: mig-parted issue #227 (1g.23gb 22.00 GiB 18 SMs, 1g.47gb/2g.47gb 45.50 GiB, 32/38 SMs).
+# Earlier drivers (gpu-operator PR #1303) named the 1-slice profiles 1g.24gb (20.00 GiB) and, by
+# NVIDIA's configs, the larger ones 3g.95gb, 4g.95gb, 7g.189gb: kept as aliases. 3g/4g/7g [inf].
+_GB200 = MigModel(
+    key="GB200",
+    aliases=("GB200-186GB", "GB200-HGX"),
+    nvml_names=("NVIDIA GB200",),
+    pci_device_ids=(0x294110DE,),
+    architecture="blackwell",
+    memory_slice_count=8,
+    compute_slice_count=7,
+    memory_total_mib=189471,
+    multiprocessor_count=152,
+    profiles=_build_profiles(
+        _rows_8(
+            names=("1g.23gb", "1g.23gb+me", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"),
+            memory_mib=(
+                _gib(22.00),
+                _gib(22.00),
+                _gib(45.50),
+                _gib(45.50),
+                _gib(91.25),
+                _gib(91.25),
+                _gib(182.75),
+            ),
+            sms=(18, 18, 32, 38, 72, 76, 152),
+            engines=_BLACKWELL_ENGINES,
+            rev2_min_driver=0,
+            inferred=("placements",),
+            row_inferred=_HOPPER_OBSERVED_4,
+            aliases=(("1g.24gb",), ("1g.24gb+me",), (), (), ("3g.95gb",), ("4g.95gb",), ("7g.189gb",)),
+        )
+    ),
+)
+
+
+def _blackwell_ultra(
+    key: str,
+    aliases: Tuple[str, ...],
+    nvml: str,
+    pci: int,
+    names: Tuple[str, ...],
+    gib: Tuple[float, ...],
+    total_mib: int,
+) -> MigModel:
+    """B300 and GB300: names from NVIDIA's configs; no public transcript, every figure [inf]
+    (sizes from the names, SMs and engines the B200's)."""
+    return MigModel(
+        key=key,
+        aliases=aliases,
+        nvml_names=(nvml,),
+        pci_device_ids=(pci,),
+        architecture="blackwell",
+        memory_slice_count=8,
+        compute_slice_count=7,
+        memory_total_mib=total_mib,
+        multiprocessor_count=148,
+        profiles=_build_profiles(
+            _rows_8(
+                names=names,  # type: ignore[arg-type]
+                memory_mib=tuple(_gib(g) for g in gib),  # type: ignore[arg-type]
+                sms=(18, 18, 30, 36, 66, 72, 144),
+                engines=_BLACKWELL_ENGINES,
+                rev2_min_driver=0,
+                inferred=(*_DATA, "placements"),
+            )
+        ),
+    )
+
+
+_B300 = _blackwell_ultra(
+    "B300",
+    ("B300-288GB", "B300-SXM6"),
+    "NVIDIA B300 SXM6 AC",
+    0x318210DE,
+    ("1g.34gb", "1g.34gb+me", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"),
+    (33.00, 33.00, 66.25, 66.25, 133.00, 133.00, 266.25),
+    275040,
+)
+_GB300 = _blackwell_ultra(
+    "GB300",
+    ("GB300-288GB",),
+    "NVIDIA GB300",
+    0x31C210DE,
+    ("1g.35gb", "1g.35gb+me", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"),
+    (34.25, 34.25, 68.75, 68.75, 137.75, 137.75, 275.75),
+    284208,
+)
+
+# RTX PRO 6000 Blackwell Server Edition: 4 memory and 4 compute slices. Observed (bigstack-oss/
+# cubecos issue #312, driver 580): 1g.24gb id 14, +me id 21, +gfx id 47, +me.all id 65, 23.12 GiB,
+# 46 SMs; engines 1g DEC 1 CE 1 JPG 1 OFA 0, +me OFA 1, +me.all 4 decoders. The ids of the 2g/4g
+# profiles follow the A30's (same shape); those of +gfx/-me/+me.all beyond 1g, every 2g/4g
+# size, SM count and engine figure are [inf]. -me owns no media engine, +me.all all of them.
+_MEDIA_ALL = _e(4, 1, 4, 1)
+_RTX_ROWS: Tuple[Tuple[int, int, str, int, int, float, int, Engines, int, Tuple[str, ...]], ...] = (
+    # enum, id, name, compute = memory slices, MiB from GiB, SMs, engines, max, inferred fields
+    (GI_PROFILE_1_SLICE, 14, "1g.24gb", 1, 1, 23.12, 46, _e(1, 1, 1, 0), 4, ()),
+    (GI_PROFILE_1_SLICE_REV1, 21, "1g.24gb+me", 1, 1, 23.12, 46, _e(1, 1, 1, 1), 1, ()),
+    (GI_PROFILE_1_SLICE_GFX, 47, "1g.24gb+gfx", 1, 1, 23.12, 46, _e(1, 1, 1, 0), 4, ()),
+    (GI_PROFILE_1_SLICE_ALL_ME, 65, "1g.24gb+me.all", 1, 1, 23.12, 46, _MEDIA_ALL, 1, ("engines",)),
+    (GI_PROFILE_1_SLICE_NO_ME, 67, "1g.24gb-me", 1, 1, 23.12, 46, _e(0, 1, 0, 0), 4, ("id", "engines")),
+    (GI_PROFILE_2_SLICE, 5, "2g.48gb", 2, 2, 46.38, 92, _e(2, 2, 2, 0), 2, ("id", *_DATA)),
+    (GI_PROFILE_2_SLICE_GFX, 48, "2g.48gb+gfx", 2, 2, 46.38, 92, _e(2, 2, 2, 0), 2, ("id", *_DATA)),
+    (GI_PROFILE_2_SLICE_ALL_ME, 66, "2g.48gb+me.all", 2, 2, 46.38, 92, _e(4, 2, 4, 1), 1, ("id", *_DATA)),
+    (GI_PROFILE_2_SLICE_NO_ME, 68, "2g.48gb-me", 2, 2, 46.38, 92, _e(0, 2, 0, 0), 2, ("id", *_DATA)),
+    (GI_PROFILE_4_SLICE, 0, "4g.96gb", 4, 4, 93.00, 184, _e(4, 4, 4, 1), 1, ("id", *_DATA)),
+    (GI_PROFILE_4_SLICE_GFX, 49, "4g.96gb+gfx", 4, 4, 93.00, 184, _e(4, 4, 4, 1), 1, ("id", *_DATA)),
+)  # fmt: skip
+_RTX_PLACEMENTS = {1: ((0, 1, 2, 3), (2, 3, 0, 1)), 2: ((0, 2), (2, 0)), 4: ((0,), (0,))}
+
+_RTX_PRO_6000 = MigModel(
+    key="RTX-PRO-6000-96GB",
+    aliases=("RTX-PRO-6000", "RTX-PRO-6000-BLACKWELL", "RTX-PRO-6000-Blackwell-Server-Edition"),
+    nvml_names=("NVIDIA RTX PRO 6000 Blackwell Server Edition",),
+    pci_device_ids=(0x2BB510DE,),
+    architecture="blackwell",
+    memory_slice_count=4,
+    compute_slice_count=4,
+    memory_total_mib=97887,
+    multiprocessor_count=188,
+    profiles=_build_profiles(
+        _Row(
+            enum=enum,
+            id=pid,
+            name=name,
+            compute_slices=slices,
+            memory_slices=mem_slices,
+            memory_mib=_gib(gib),
+            sms=sms,
+            engines=engines,
+            max_count=mx,
+            placements=_RTX_PLACEMENTS[mem_slices][0],
+            driver_order=_RTX_PLACEMENTS[mem_slices][1],
+            min_driver=0,
+            inferred_fields=fields + ("placements",) + (("driver_order",) if mem_slices < 4 else ()),
+        )
+        for enum, pid, name, slices, mem_slices, gib, sms, engines, mx, fields in _RTX_ROWS
+    ),
+)
+
 MODELS: Dict[str, MigModel] = {
-    m.key: m for m in (_A100_40GB, _A100_80GB, _H100_80GB, _H100_PCIE, _H200, _A30)
+    m.key: m
+    for m in (
+        _A100_40GB,
+        _A100_80GB,
+        _H100_80GB,
+        _H100_PCIE,
+        _H200,
+        _A30,
+        _H100_NVL,
+        _H100_96,
+        _GH200_96,
+        _GH200_144,
+        _H20,
+        _PG506_96,
+        _B200,
+        _GB200,
+        _B300,
+        _GB300,
+        _RTX_PRO_6000,
+    )
 }
 
 _NAME_SEPARATORS = re.compile(r"[\s_]+")
