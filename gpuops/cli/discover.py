@@ -103,7 +103,8 @@ def print_node(console: Console, node: Node, sample: NodeSample) -> None:
     if node.driver_version:
         title += f", driver {node.driver_version}"
     if node.cuda_driver_version:
-        title += f", CUDA {node.cuda_driver_version}"
+        # AMD nodes give their ROCm release in the same field (docs/backends.md).
+        title += f", {'ROCm' if node.backend == 'amd' else 'CUDA'} {node.cuda_driver_version}"
     # Node text (host names, models, users, command lines) is shown as it is, never as markup.
     gpus = Table(title=Text(title), title_justify="left", expand=False)
     for column in ("GPU", "Model", "Owner", "Util", "Memory", "Power", "Temp", "MIG", "Procs"):
@@ -168,7 +169,10 @@ def _gpu_row(gpu: Gpu) -> list[str]:
         if s
         else render.size(info.memory_total_bytes)
     )
-    if gpu.mig is None:
+    if gpu.partition is not None:
+        part = gpu.partition
+        mig = f"partition {part.compute_mode or '?'} ({part.partitions}) / {part.memory_mode or '?'}"
+    elif gpu.mig is None:
         mig = "not supported"
     else:
         mode = "on" if gpu.mig.current else "off"
