@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -163,8 +164,10 @@ class PromClient:
                 response = await http.post(path, data=dict(form), timeout=limit)
         except httpx.TimeoutException:
             seconds = timeout if timeout is not None else self.timeout
+            # "timeout" first, as "connection refused" is for a server that is not there: the
+            # view's "source unreachable: ..." then says which of the two it is.
             raise PromError(
-                "timeout", f"Prometheus at {self.url} did not answer within {seconds:g}s"
+                "timeout", f"Prometheus at {self.url}: timeout (no answer within {seconds:g}s)"
             ) from None
         except httpx.TransportError as exc:
             raise PromError("unreachable", f"Prometheus at {self.url}: {_reason(exc)}") from None
@@ -275,6 +278,10 @@ def _reason(exc: httpx.TransportError) -> str:
     exception chain."""
     cause: BaseException | None = exc
     while cause is not None:
+        # The errno's own words: asyncio's loop puts "Connect call failed (addr)" in strerror
+        # where uvloop puts "Connection refused".
+        if isinstance(cause, OSError) and cause.errno:
+            return os.strerror(cause.errno).lower()
         if isinstance(cause, OSError) and cause.strerror:
             return cause.strerror.lower()
         cause = cause.__cause__ or cause.__context__
