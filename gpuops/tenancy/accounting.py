@@ -181,15 +181,24 @@ class Evidence:
         return out
 
     def observed(self) -> list[bool]:
-        """Buckets for which any GPU has data and no node's history is unreadable."""
+        """Buckets for which any GPU has data and no node's history is unreadable, less the
+        newest ones fewer GPUs have data for than the bucket before: nodes record on their own
+        clocks, so when the figures are gathered the newest bucket may not be recorded
+        everywhere yet, and a GPU without data there is unknown, not idle."""
         seen = [False] * len(self.starts)
+        counts = [0] * len(self.starts)
         for g in self.gpus:
             for i, o in enumerate(g.observed):
                 if o > 0:
                     seen[i] = True
+                    counts[i] += 1
         for i, hole in enumerate(self.holes):
             if hole:
                 seen[i] = False
+        last = max((i for i, s in enumerate(seen) if s), default=-1)
+        while last > 0 and seen[last - 1] and counts[last] < counts[last - 1]:
+            seen[last] = False
+            last -= 1
         return seen
 
     def teams(self) -> list[str]:

@@ -36,17 +36,6 @@ class UsedDisagrees(AssertionError):
     """PromQL's mean GPU time of a team is not `gpuops tenants --json`'s `used`."""
 
 
-# tenancy/accounting.py counts a minute bucket in which any GPU has data as observed for every
-# GPU (`Evidence.observed`, weights 1 or 0), so a GPU whose node has not yet recorded that minute
-# adds 0 use for it: with the window's current, partial minute recorded by some nodes only (the
-# simulated fleet records each node every 10 s, staggered), `used` comes out near half the teams'
-# real GPU time (speech's 4 saturated GPUs: 1.97) while the exporter says 3.93. Left to the
-# accounting's owner; strict, so the test says when it is fixed.
-@pytest.mark.xfail(
-    strict=True,
-    raises=UsedDisagrees,
-    reason="tenants --json counts a partly recorded minute as 0 use for the GPUs not yet recorded",
-)
 def test_promql_agrees_with_tenants(prometheus_factory: PrometheusFactory, tmp_path: Path) -> None:
     directory = tmp_path / "sim"
     launch(directory, "silos", nodes=NODES, timeout=90)

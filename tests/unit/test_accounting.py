@@ -146,3 +146,18 @@ def test_memory_held_now_is_the_latest_bucket() -> None:
     a0, a1 = evidence.gpus
     assert a0.memory_now == {"vision": 12 << 30}  # heidi's 30 GiB went with her job
     assert a1.memory_now == {}
+
+
+def test_a_newest_bucket_not_yet_recorded_everywhere_is_left_out() -> None:
+    # Nodes record on their own clocks: when the figures are gathered, the newest bucket may be
+    # recorded by some nodes and not yet by others. A GPU without data there is unknown, not
+    # idle: counting that bucket would halve speech's use (b's GPU adds 0 to it).
+    fleet = parse_fleet(FLEET, "f.yaml")
+    histories: dict[str, History | str] = {
+        "a": history((gpu(0, user("alice", 1.0)),), (gpu(0, user("alice", 1.0)),)),
+        "b": history((gpu(0, user("heidi", 1.0)),)),  # its second hour is not recorded yet
+    }
+    evidence = gather_evidence(fleet, histories, parse_window("2h"), NOW)
+    rows = {r.team: r for r in tenant_usage(evidence, fleet)}
+    assert rows["speech"].used == pytest.approx(1.0) and rows["vision"].used == pytest.approx(1.0)
+    assert evidence.observed() == [False, True, False]
