@@ -3,13 +3,15 @@ JSON Schema, convert other tools' configurations into fleet.yaml.
 
 gpuops validate FLEET.yaml... [--json]   every mistake as file:line:column: path: message (exit 1)
 gpuops schema [-o FILE]                  the JSON Schema, for editors (yaml-language-server)
-gpuops import mig-parted CONFIG [-c LABEL] [--nodes SELECTOR] [-o FILE]
-                                         a mig-parted v1 config as fleet.yaml carve: entries
+gpuops import mig-parted CONFIG [-c/--label LABEL | --all] [--nodes SELECTOR] [-o FILE|DIR]
+                                         a mig-parted v1 config (or the Kubernetes ConfigMap
+                                         holding one) as fleet.yaml carve: entries
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -18,8 +20,10 @@ import typer
 
 from gpuops.spec import Fleet, SpecError, SpecIssue, fleet_json_schema, load_fleet
 from gpuops.spec.errors import printable
-from gpuops.spec.migparted import read_mig_parted, render_carve
+from gpuops.spec.migparted import Imported, read_mig_parted, read_mig_parted_all, render_carve
 from gpuops.spec.source import decode, read_text
+
+_SAFE_FILE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]{0,200}\Z")
 
 import_app = typer.Typer(
     name="import",
@@ -119,17 +123,31 @@ def import_mig_parted(
     label: Annotated[
         Optional[str],
         typer.Option(
-            "--selected-config", "-c", help="The mig-configs label to convert (optional if there is one)."
+            "--selected-config",
+            "--label",
+            "-c",
+            "-l",
+            help="The mig-configs label to convert (optional if there is one).",
         ),
     ] = None,
+    every: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Convert every label: with -o DIR one DIR/LABEL.yaml each, else one YAML document each.",
+        ),
+    ] = False,
     nodes: Annotated[
         str, typer.Option("--nodes", "-n", help="Node selector the entries apply to (default: every node).")
     ] = "*",
     output: Annotated[
-        Optional[Path], typer.Option("--output", "-o", help="Write the carve: section to this file.")
+        Optional[Path],
+        typer.Option(
+            "--output", "-o", help="Write the carve: section to this file (with --all: this folder)."
+        ),
     ] = None,
 ) -> None:
-    """Convert a mig-parted config (one label) into fleet.yaml carve: entries.
+    """Convert a mig-parted config (one label, or --all) into fleet.yaml carve: entries.
 
     The entries are printed to paste under carve: (or written with -o). Mistakes: one located
     line each on stderr, exit 1."""
@@ -141,8 +159,14 @@ def import_mig_parted(
     if problem is not None or text is None:
         _say(str(problem or SpecIssue(name, 0, 0, "", "cannot read")), err=True)
         raise typer.Exit(1)
+    if every and label is not None:
+        _say("--all and --label exclude each other: convert one label or all of them", err=True)
+        raise typer.Exit(2)
     try:
-        imported = read_mig_parted(text, name, label, nodes=nodes)
+        if every:
+            results = read_mig_parted_all(text, name, nodes=nodes)
+        else:
+            results = [read_mig_parted(text, name, label, nodes=nodes)]
     except SpecError as exc:
         for issue in exc.errors:
             _say(str(issue), err=True)
@@ -150,9 +174,13 @@ def import_mig_parted(
     except Exception as exc:  # a bug must still not print a traceback
         _say(printable(f"{name}: internal error ({type(exc).__name__}: {exc}); please report this"), err=True)
         raise typer.Exit(1) from None
-    for warning in imported.warnings:
-        _say(f"warning: {warning}", err=True)
-    text = render_carve(imported, source=name)
+    for imported in results:
+        for warning in imported.warnings:
+            _say(f"warning: {warning}", err=True)
+    if every:
+        _write_all(results, name, output)
+        return
+    text = render_carve(results[0], source=name)
     if output is None:
         _say(text.rstrip("\n"))
         return
@@ -160,4 +188,23 @@ def import_mig_parted(
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
         _say(printable(f"{output}: cannot write: {exc.strerror or exc}"), err=True)
+        raise typer.Exit(1) from None
+
+
+def _write_all(results: list[Imported], source: str, folder: Path | None) -> None:
+    """One YAML document per label on stdout, or one LABEL.yaml per label in `folder` (checked
+    before anything is written, so a refused name leaves the folder as it was)."""
+    if folder is None:
+        _say("\n".join("---\n" + render_carve(i, source=source).rstrip("\n") for i in results))
+        return
+    unsafe = [i.label for i in results if not _SAFE_FILE_RE.match(i.label)]
+    if unsafe:
+        _say(printable(f"{source}: labels that cannot be file names: {', '.join(unsafe)}"), err=True)
+        raise typer.Exit(1)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in results:
+            (folder / f"{i.label}.yaml").write_text(render_carve(i, source=source), encoding="utf-8")
+    except OSError as exc:
+        _say(printable(f"{folder}: cannot write: {exc.strerror or exc}"), err=True)
         raise typer.Exit(1) from None

@@ -57,14 +57,19 @@ from gpuops.spec.types import (
 # ---- the MIG catalog, as names ----------------------------------------------------------------
 
 PROFILE_MODELS: dict[str, tuple[str, ...]] = {}
-"""Every GPU instance profile name of the catalog -> the models that have it."""
+"""Every GPU instance profile name of the catalog (and older drivers' names of the same
+profile) -> the models that have it. Sizes differ between models under one name: look them up
+on the model, never by name."""
 for _model in MODELS.values():
     for _profile in _model.profiles:
-        PROFILE_MODELS[_profile.name] = (*PROFILE_MODELS.get(_profile.name, ()), _model.key)
+        for _name in (_profile.name, *_profile.aliases):
+            PROFILE_MODELS[_name] = (*PROFILE_MODELS.get(_name, ()), _model.key)
 
-PROFILE_RE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?\Z")
-CI_RE = re.compile(r"^([1-7])c(?:\.(\d+g\.\d+gb(?:\+me)?))?\Z")
-CI_LEVEL_RE = re.compile(r"^([1-7])c\.(\d+g\.\d+gb(?:\+me)?)\Z")
+# +me, +me.all, -me, +gfx: the attributes of media-extension and graphics profiles
+_ATTRS = r"(?:\+me|\+me\.all|-me|\+gfx)"
+PROFILE_RE = re.compile(rf"^(\d+)g\.(\d+)gb{_ATTRS}?\Z")
+CI_RE = re.compile(rf"^([1-7])c(?:\.(\d+g\.\d+gb{_ATTRS}?))?\Z")
+CI_LEVEL_RE = re.compile(rf"^([1-7])c\.(\d+g\.\d+gb{_ATTRS}?)\Z")
 PLACEMENT_RE = re.compile(r"^\s*([^@\s]+)\s*@\s*(\S+)\s*\Z")
 UUID_RE = re.compile(r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
 MODEL_TEXT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._+-]{0,62}\Z")

@@ -8,6 +8,15 @@ GI-level `3g.40gb` or CI-level `1c.3g.40gb` profiles, not all 0) and an optional
 `device-filter` (PCI ids `0xDDDDVVVV`, mapped to gpuops' catalog models). Unknown keys are
 refused. Every mistake is one located line, as for fleet.yaml.
 
+The file may also be Kubernetes manifests (the GPU operator's default ConfigMap, mig-parted's
+DaemonSet examples): the ConfigMap data entry that holds `mig-configs:` is read, and mistakes are
+located in the manifest file.
+
+Only the label converted is checked against gpuops' catalog (the others only for what
+mig-parted itself would refuse), as mig-parted only ever looks at the selected one. Inside it, a
+spec whose device-filter names no GPU in gpuops' catalog, or only GPUs without MIG, is left out
+with one warning naming the ids (mig-parted skips specs whose filter matches no GPU present).
+
 mig-parted applies the specs in order, so on a GPU that two specs select the later one wins:
 exactly what `carve:` does. CI-level profiles are grouped into GPU instances as mig-parted's
 apply does (consecutive compute instances of one GI profile share an instance while they fit).
@@ -15,15 +24,24 @@ apply does (consecutive compute instances of one GI profile share an instance wh
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.nodes import MappingNode, ScalarNode
 
-from gpuops.core.mig.catalog import MODELS, NVIDIA_VENDOR_ID, model_for_pci_device_id
-from gpuops.spec.carve_entry import CI_LEVEL_RE, PROFILE_MODELS, MigSpec, profile_hint
+from gpuops.core.mig.catalog import (
+    MODELS,
+    NON_MIG_PCI_DEVICES,
+    NVIDIA_VENDOR_ID,
+    MigModel,
+    model_for_pci_device_id,
+)
+from gpuops.spec.carve_entry import CI_LEVEL_RE, MigSpec
 from gpuops.spec.desired import desired_mig
 from gpuops.spec.dump import dump_yaml, flow
 from gpuops.spec.errors import DataPath, SpecError, SpecIssue, show
@@ -35,7 +53,8 @@ from gpuops.spec.types import closest
 VERSION = "v1"
 _SPEC_KEYS = ("devices", "device-filter", "mig-enabled", "mig-devices")
 _FILTER_RE = re.compile(r"^\s*(0[xX][0-9a-fA-F]{1,8}|\d{1,10})(?::(0[xX][0-9a-fA-F]{1,8}|\d{1,10}))?\s*\Z")
-_GI_RE = re.compile(r"^(\d+)g\.\d+gb(\+me)?\Z")
+# mig-parted's profile syntax (go-nvlib ParseMigProfile): [Cc.]Gg.MMgb, then +attr,... or -attr,...
+_GI_RE = re.compile(r"^(\d+)g\.\d+gb(?:[+-][A-Za-z][A-Za-z0-9.]*(?:,[A-Za-z][A-Za-z0-9.]*)*)?\Z")
 
 
 @dataclass
@@ -64,12 +83,37 @@ def read_mig_parted(
     text: str, file: str = "<mig-parted>", label: str | None = None, *, nodes: str = "*"
 ) -> Imported:
     """The spec list of `label` (the file's only label when None) as carve entries selecting
-    `nodes`. Raises SpecError with every mistake of the file, located."""
+    `nodes`. Raises SpecError with every mistake, located."""
+    r, configs, specs = _read_file(text, file, nodes)
+    chosen = _choose(r, configs, label)
+    if r.issues or chosen is None:
+        raise SpecError(r.issues or [SpecIssue(file, 0, 0, "", "nothing to import")])
+    out = _convert_label(r, chosen, specs[chosen], nodes)
+    if r.issues:
+        raise SpecError(r.issues)
+    return out
+
+
+def read_mig_parted_all(text: str, file: str = "<mig-parted>", *, nodes: str = "*") -> list[Imported]:
+    """Every label of the file, in file order, each as its own carve entries. Raises SpecError
+    with the mistakes of every label."""
+    r, configs, specs = _read_file(text, file, nodes)
+    if r.issues:
+        raise SpecError(r.issues)
+    out = [_convert_label(r, name, specs[name], nodes) for name in configs]
+    if r.issues:
+        raise SpecError(r.issues)
+    return out
+
+
+def _read_file(
+    text: str, file: str, nodes: str
+) -> tuple[_Reader, dict[str, Any], dict[str, list[dict[str, Any]]]]:
     try:
         parse_selector(nodes)
     except SelectorError as exc:
         raise SpecError([SpecIssue("--nodes", 0, 0, "", str(exc))]) from None
-    doc = parse_yaml(text, file)
+    doc = _parse_config(text, file)
     r = _Reader(doc)
     data = doc.data
     if r.issues:
@@ -81,18 +125,107 @@ def read_mig_parted(
     specs: dict[str, list[dict[str, Any]]] = {}
     for name, value in configs.items():
         specs[name] = _read_label(r, name, value)
-    chosen = _choose(r, configs, label)
-    if r.issues or chosen is None:
-        raise SpecError(r.issues or [SpecIssue(file, 0, 0, "", "nothing to import")])
-    out = Imported(chosen)
-    for j, spec in enumerate(specs[chosen]):
-        entry = _convert(r, ("mig-configs", chosen, j), spec, nodes)
+    return r, configs, specs
+
+
+def _convert_label(r: _Reader, label: str, specs: list[dict[str, Any]], nodes: str) -> Imported:
+    out = Imported(label)
+    start = len(r.warnings)
+    for j, spec in enumerate(specs):
+        entry = _convert(r, ("mig-configs", label, j), spec, nodes)
         if entry is not None:
             out.entries.append(entry)
-    if r.issues:
-        raise SpecError(r.issues)
-    out.warnings = sorted(r.warnings, key=SpecIssue.sort_key)
+    out.warnings = sorted(r.warnings[start:], key=SpecIssue.sort_key)
     return out
+
+
+# ---- Kubernetes manifests holding a mig-parted config ------------------------------------------
+
+
+def _parse_config(text: str, file: str) -> Document:
+    """The mig-parted config of `text`: the file itself, or the ConfigMap entry holding one when
+    the file is Kubernetes manifests (positions then point into the manifest file)."""
+    embedded = _configmap_entry(text, file)
+    if embedded is None:
+        return parse_yaml(text, file)
+    if isinstance(embedded, SpecIssue):
+        return Document(file, issues=[embedded])
+    inner, line_shift, column_shift = embedded
+    doc = parse_yaml(inner, file)
+    return _shifted(doc, line_shift, column_shift)
+
+
+def _configmap_entry(text: str, file: str) -> tuple[str, int, int] | SpecIssue | None:
+    """None when `text` is not Kubernetes manifests; else the config text with the line and
+    column shifts that place it in the file, or why there is none to read."""
+    if not re.search(r"^(apiVersion|kind)\s*:", text, re.MULTILINE):
+        return None
+    try:
+        roots = list(YAML(typ="safe", pure=True).compose_all(text))
+    except Exception:  # a syntax error: parse_yaml says where
+        return None
+    found: list[tuple[str, ScalarNode]] = []
+    for root in roots:
+        fields = _mapping(root)
+        if fields is None or "mig-configs" in fields:
+            continue
+        kind = fields.get("kind")
+        if not (isinstance(kind, ScalarNode) and kind.value == "ConfigMap"):
+            continue
+        data = _mapping(fields.get("data"))
+        meta = _mapping(fields.get("metadata")) or {}
+        name = meta.get("name")
+        where = name.value if isinstance(name, ScalarNode) else "?"
+        for key, value in (data or {}).items():
+            if isinstance(value, ScalarNode) and re.search(r"^\s*mig-configs\s*:", value.value, re.MULTILINE):
+                found.append((f"ConfigMap {where}, data.{key}", value))
+    if not found:
+        if any("mig-configs" in (_mapping(root) or {}) for root in roots):
+            return None
+        return SpecIssue(
+            file,
+            1,
+            1,
+            "",
+            "Kubernetes manifests without a mig-parted config",
+            "gpuops reads the ConfigMap data entry that holds 'mig-configs:'",
+        )
+    if len(found) > 1:
+        return SpecIssue(
+            file,
+            found[1][1].start_mark.line + 1,
+            1,
+            "",
+            f"{len(found)} mig-parted configs in the manifests ({'; '.join(w for w, _ in found)})",
+            "keep one, or save the one to import as its own file",
+        )
+    _, node = found[0]
+    lines = text.splitlines()
+    if node.style != "|":
+        # quoted or folded text: positions inside it cannot be mapped, point at its start
+        return node.value, node.start_mark.line, node.start_mark.column
+    first = node.start_mark.line + 1  # the block starts on the line after '|'
+    indent = next((len(ln) - len(ln.lstrip(" ")) for ln in lines[first:] if ln.strip()), 0)
+    return node.value, first, indent
+
+
+def _mapping(node: Any) -> dict[str, Any] | None:
+    if not isinstance(node, MappingNode):
+        return None
+    return {k.value: v for k, v in node.value if isinstance(k, ScalarNode)}
+
+
+def _shifted(doc: Document, lines: int, columns: int) -> Document:
+    def move(pos: tuple[int, int]) -> tuple[int, int]:
+        return (pos[0] + lines, pos[1] + columns) if pos[0] > 0 else pos
+
+    doc.key_positions = {k: move(v) for k, v in doc.key_positions.items()}
+    doc.value_positions = {k: move(v) for k, v in doc.value_positions.items()}
+    doc.issues = [
+        dataclasses.replace(i, line=i.line + lines, column=i.column + columns) if i.line > 0 else i
+        for i in doc.issues
+    ]
+    return doc
 
 
 def _read_top(r: _Reader, data: dict[str, Any]) -> dict[str, Any]:
@@ -210,18 +343,28 @@ def _read_devices(r: _Reader, path: DataPath, value: Any) -> None:
             r.error((*path, key), f"expected a count (got {show(count)})")
         elif count < 0:
             r.error((*path, key), f"invalid count for {show(key)}: {count}")
-        gi = _gi_name(key)
-        if gi is None or gi not in PROFILE_MODELS:
-            r.error((*path, key), f"unknown MIG profile {show(key)}", _profile_hint(key), at_key=True)
+        if _gi_name(key) is None:
+            r.error(
+                (*path, key),
+                f"not a MIG profile {show(key)}",
+                "e.g. 3g.40gb, 1g.10gb+me, 1c.3g.40gb",
+                at_key=True,
+            )
     counts = [c for c in value.values() if isinstance(c, int) and not isinstance(c, bool)]
     if value and counts and all(c == 0 for c in counts):
         r.error(path, "all counts for all MigProfiles are 0", "use {} for no instances")
 
 
-def _profile_hint(key: str) -> str:
-    if CI_LEVEL_RE.match(key):
-        return profile_hint(key.split(".", 1)[1])
-    return profile_hint(key)
+def _profile_hint(gi_name: str, models: Sequence[MigModel]) -> str:
+    """A did-you-mean among the profiles of `models` with the same slice count (a 3g.95gb is
+    never a 1g.5gb), else the list of them."""
+    slices = gi_name.split("g.", 1)[0]
+    same = sorted(
+        {n for m in models for p in m.profiles for n in (p.name, *p.aliases) if n.startswith(slices + "g.")}
+    )
+    return closest(gi_name, same) or (
+        f"{slices}g profiles: {', '.join(same)}" if same else "gpuops mig models lists them"
+    )
 
 
 def _gi_name(key: str) -> str | None:
@@ -257,8 +400,9 @@ def _choose(r: _Reader, configs: dict[str, Any], label: str | None) -> str | Non
 
 
 def _filter_models(r: _Reader, path: DataPath, spec: dict[str, Any]) -> list[str] | None:
-    """The catalog models of a device-filter (None: no filter). Ids outside the catalog are left
-    out with a warning; a filter with none in the catalog is an error."""
+    """The catalog models of a device-filter (None: no filter). Ids outside the catalog, or of
+    GPUs without MIG, are left out with one warning naming them; [] when none is left (the
+    spec is skipped)."""
     if "device-filter" not in spec:
         return None
     value = spec["device-filter"]
@@ -267,30 +411,34 @@ def _filter_models(r: _Reader, path: DataPath, spec: dict[str, Any]) -> list[str
     if not items:
         return None
     models: list[str] = []
+    unknown: list[str] = []
+    no_mig: list[str] = []
     for k, item in enumerate(items):
         where = (*path, "device-filter") if isinstance(value, str) else (*path, "device-filter", k)
         match = _FILTER_RE.match(item)
         assert match is not None
         raw = int(match.group(1), 0)
-        vendor = raw & 0xFFFF
-        model = model_for_pci_device_id(raw) if vendor == NVIDIA_VENDOR_ID else None
+        nvidia = raw & 0xFFFF == NVIDIA_VENDOR_ID or raw <= 0xFFFF
+        model = model_for_pci_device_id(raw) if nvidia else None
         if model is None:
-            r.warn(
-                where,
-                f"{item} is not a MIG model in gpuops' catalog; left out",
-                "gpuops mig models lists them",
-            )
+            device = raw >> 16 if raw > 0xFFFF else raw
+            (no_mig if nvidia and device in NON_MIG_PCI_DEVICES else unknown).append(item)
             continue
         if match.group(2):
             r.warn(where, f"subsystem id of {item} not kept: the entry selects every {model.key}")
         if model.key not in models:
             models.append(model.key)
-    if not models:
-        r.error(
-            (*path, "device-filter"),
-            "device-filter names no MIG model in gpuops' catalog",
-            "gpuops mig models lists them",
-        )
+    where = (*path, "device-filter")
+    if not models and not unknown and not spec.get("mig-enabled"):
+        return []  # MIG off on GPUs without MIG: nothing to do, as in mig-parted
+    left = []
+    if unknown:
+        left.append(f"{', '.join(unknown)} not in gpuops' catalog")
+    if no_mig:
+        left.append(f"{', '.join(no_mig)} without MIG")
+    if left:
+        outcome = "the spec is skipped" if not models else f"the entry selects {', '.join(models)}"
+        r.warn(where, f"left out: {'; '.join(left)}; {outcome}", "gpuops mig models lists the MIG models")
     return models
 
 
@@ -299,6 +447,8 @@ def _convert(r: _Reader, path: DataPath, spec: dict[str, Any], nodes: str) -> di
     devices = spec["devices"]
     select: dict[str, Any] = {"nodes": nodes}
     gpus: dict[str, Any] = {}
+    if models == []:
+        return None
     if models:
         gpus["model"] = models[0] if len(models) == 1 else models
     if isinstance(devices, list):
@@ -308,8 +458,6 @@ def _convert(r: _Reader, path: DataPath, spec: dict[str, Any], nodes: str) -> di
         gpus["indices"] = devices[0] if len(set(devices)) == 1 else format_gpu_indices(set(devices))
     if gpus:
         select["gpus"] = gpus["indices"] if list(gpus) == ["indices"] else gpus
-    if models == []:
-        return None
     if not spec["mig-enabled"]:
         return {"select": select, "mig": {"enabled": False}}
     mig = _layout(r, (*path, "mig-devices"), spec.get("mig-devices") or {}, models)
@@ -334,10 +482,7 @@ def _layout(
         lacking = [k for k, m in keys.items() if m.find_profile(gi_name) is None]
         if not having or (models and lacking):
             where = f"{', '.join(lacking)} (device-filter)" if models else "any catalog model"
-            hint = _profile_hint(key)
-            if models:
-                first = keys[lacking[0]]
-                hint = f"{first.key} has {', '.join(p.name for p in first.profiles)}"
+            hint = _profile_hint(gi_name, [keys[k] for k in lacking] if models else list(keys.values()))
             r.error((*path, key), f"{gi_name} is not a profile of {where}", hint, at_key=True)
             continue
         gi = having[0].profile(gi_name)

@@ -20,6 +20,7 @@ from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 __all__ = [
     "MODELS",
+    "NON_MIG_PCI_DEVICES",
     "ComputeProfile",
     "Engines",
     "GpuInstanceProfile",
@@ -965,6 +966,18 @@ MODELS: Dict[str, MigModel] = {
         _GB300,
         _RTX_PRO_6000,
     )
+}
+
+# NVIDIA GPUs without MIG that NVIDIA's mig-parted configs or common fleets name: a device-filter
+# of only these selects nothing MIG can change (the DGX Station's display GPU, 1FB0, is in
+# mig-parted's DGX Station example).
+NON_MIG_PCI_DEVICES: Dict[int, str] = {
+    0x1FB0: "DGX Display (T1000-class)",
+    0x26B9: "L40S",
+    0x2230: "RTX A6000",
+    0x2236: "A10",
+    0x1EB8: "T4",
+    0x1DB5: "V100-SXM2-32GB",
 }
 
 _NAME_SEPARATORS = re.compile(r"[\s_]+")
