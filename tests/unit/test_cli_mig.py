@@ -232,3 +232,21 @@ def test_subprocess_check() -> None:
     assert js.returncode == 0
     doc = json.loads(js.stdout)
     assert [(p["profile"], p["start"]) for p in doc["placements"]] == [("3g.40gb", 0), ("1g.10gb", 6)]
+
+
+def test_models_lists_every_id_nvidia_configs_name() -> None:
+    r = run("mig", "models")
+    rows = {line.split()[0]: line for line in r.stdout.splitlines() if line.strip()}
+    assert "2321 233A" in rows["H100-NVL-94GB"] and "2348" in rows["GH200-144GB"]
+    assert "2BB5" in rows["RTX-PRO-6000-96GB"] and "4/4" in rows["RTX-PRO-6000-96GB"]
+    for key, device in (("B200", "2901"), ("GB200", "2941"), ("B300", "3182"), ("GB300", "31C2")):
+        assert device in rows[key]
+
+
+def test_check_on_the_rtx_pro_6000_counts_media_engines() -> None:
+    assert run("mig", "check", "RTX-PRO-6000", "1g.24gb-me", "1g.24gb-me", "2g.48gb+me.all").exit_code == 0
+    r = run("mig", "check", "RTX-PRO-6000", "1g.24gb+me.all", "1g.24gb", "2g.48gb")
+    assert (
+        r.exit_code == 1
+        and r.stderr == "error: needs 7 decoders (2g.48gb: 2, 1g.24gb: 1, 1g.24gb+me.all: 4), the GPU has 4\n"
+    )

@@ -468,3 +468,28 @@ def test_profile_lookup_errors_list_the_valid_profiles(bad: object) -> None:
         assert p.name in message
     assert "A100-SXM4-40GB" in message
     assert "\n" not in message
+
+
+def test_sizes_belong_to_the_model_not_the_profile_name() -> None:
+    """1g.18gb: 16.00 GiB on the H200 (mig-parted issue #120), 17.50 on the GH200 144G (PR #139)."""
+    assert MODELS["H200-141GB"].profile("1g.18gb").memory_mib == 16384
+    assert MODELS["GH200-144GB"].profile("1g.18gb").memory_mib == 17920
+    b200 = MODELS["B200"].profile("1g.23gb")  # 22.00 GiB (PR #166); PR #187 printed 20.50
+    assert (b200.memory_mib, b200.multiprocessor_count, b200.id) == (22528, 18, 19)
+    nvl = MODELS["H100-NVL-94GB"]
+    assert _gib_matches(nvl.profile("1g.12gb").memory_mib, 10.75)
+    assert _gib_matches(nvl.profile("1g.24gb").memory_mib, 21.62)
+    rtx = MODELS["RTX-PRO-6000-96GB"].profile("1g.24gb")
+    assert (rtx.id, rtx.multiprocessor_count, rtx.memory_slices) == (14, 46, 1)
+    assert _gib_matches(rtx.memory_mib, 23.12) and rtx.inferred_fields == ("placements", "driver_order")
+    assert MODELS["GB200"].profile("3g.95gb") is MODELS["GB200"].profile("3g.93gb")  # older name
+
+
+def test_attributes_of_blackwell_profiles() -> None:
+    rtx = MODELS["RTX-PRO-6000-96GB"]
+    assert [p.name for p in rtx.profiles if p.media_extensions] == [
+        "1g.24gb+me",
+        "1g.24gb+me.all",
+        "2g.48gb+me.all",
+    ]
+    assert rtx.profile("1g.24gb-me").engines.decoders == 0
