@@ -3,7 +3,9 @@
 Built from a sim fleet scenario (`gpuops.fleet.simfleet.build_fleet`): one `SimBackend` per node,
 all on one injectable clock, so a test can show "Monday 14:00" twice and get the same screen, and a
 benchmark can feed 1000 GPUs without a thousand SSH sessions. `set_state` plays a node going stale
-or unreachable (with the collector's events); `sample` takes the next sample of every live node.
+or unreachable (with the collector's events); `sample` takes the next sample of every live node;
+`inject_event` makes a GPU report an XID or ECC event, which the node's next sample carries as an
+agent's would (node/health.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from gpuops.fleet.collector import (
     wait_and_clear,
 )
 from gpuops.fleet.simfleet import SimFleetPlan, build_fleet
+from gpuops.fleet.simfleet.faults import QueuedEventSource
+from gpuops.node.backends.base import RawEvent
 from gpuops.node.backends.sim import SimBackend
+from gpuops.node.health import HealthMonitor
 
 
 class SimSource:
@@ -45,6 +50,10 @@ class SimSource:
         self._label = label or f"simulated {plan.scenario} fleet ({len(plan.nodes)} nodes, in-process)"
         self.auto = auto
         self.backends = {n.name: SimBackend(spec=n.spec, clock=clock) for n in plan.nodes}
+        self._event_sources = {n.name: QueuedEventSource() for n in plan.nodes}
+        self.health = {n.name: HealthMonitor(clock) for n in plan.nodes}
+        for name, monitor in self.health.items():
+            monitor.poll_source(self._event_sources[name])
         now = clock()
         self.views: dict[str, NodeView] = {
             n.name: NodeView(n.name, f"sim:{n.name}", owner=n.owner, since=now) for n in plan.nodes
@@ -115,7 +124,23 @@ class SimSource:
             view = self.views[name]
             if view.inventory is None:
                 view = replace(view, inventory=backend.inventory())
-            self._set(name, replace(view, state=LIVE, reason="", sample=backend.sample(), last_seen=now))
+            sample = self.health[name].attach(backend.sample())
+            self._set(name, replace(view, state=LIVE, reason="", sample=sample, last_seen=now))
+
+    def inject_event(
+        self,
+        name: str,
+        kind: str,
+        gpu: int,
+        xid: int | None = None,
+        gpu_instance_id: int | None = None,
+        compute_instance_id: int | None = None,
+    ) -> None:
+        """Make a GPU of node `name` report a health event; its next `sample` carries it."""
+        gpus = self.backends[name].inventory().gpus
+        uuid = next((g.info.uuid for g in gpus if g.info.index == gpu), "")
+        event = RawEvent(gpu, kind, xid, gpu_instance_id, compute_instance_id, uuid)
+        self._event_sources[name].put(event)
 
     def set_state(self, name: str, state: str, reason: str = "") -> None:
         """Play a node going stale or unreachable (kept until `recover`), keeping its last data."""

@@ -98,6 +98,10 @@ class HealthMonitor:
         except BackendError as exc:
             self._set_error(exc.code)
             return
+        self.poll_source(source)
+
+    def poll_source(self, source: EventSource) -> None:
+        """`poll` with the source in hand (an in-process simulation's)."""
         self._since = self._clock()
         self._polled = source
 

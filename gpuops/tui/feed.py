@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
+from gpuops.core.model import HealthEvent
 from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.fleet.collector import (
     CONNECTING,
@@ -44,6 +45,7 @@ from gpuops.fleet.collector import (
 )
 from gpuops.tenancy.attribution import UNATTRIBUTED, default_chain
 from gpuops.tenancy.ownership import UNOWNED, Ownership
+from gpuops.views.events import HealthLog
 from gpuops.views.nodes import NodeRow, RowCache
 from gpuops.views.status import FleetStatus, fleet_status
 from gpuops.views.tenant_history import TenantHistory
@@ -224,6 +226,9 @@ class FleetState:
     _rows: Callable[[], tuple[NodeRow, ...]] = field(repr=False, compare=False, default=lambda: ())
     # Attribution warnings, each distinct one once, oldest first (`AttributionWarnings`).
     warnings: tuple[FleetEvent, ...] = ()
+    # GPU health events (XID, ECC, clocks) the agents reported this session, (node, event), oldest
+    # first (views.events.HealthLog).
+    health: tuple[tuple[str, HealthEvent], ...] = ()
 
     @cached_property
     def rows(self) -> tuple[NodeRow, ...]:
@@ -321,6 +326,7 @@ class Feed:
         self._cache = RowCache()
         self.builds = 0
         self.warnings = AttributionWarnings()
+        self.health = HealthLog()
 
     def use_fleet(self, fleet: Fleet) -> None:
         """Owners, teams, pools and attribution from this fleet.yaml from the next build on (the
@@ -333,6 +339,7 @@ class Feed:
         tenants = tenant_rows(snapshot, self.ownership)
         self.history = self.history.record(now, tenants)
         self.warnings.update(now, snapshot, self.ownership, tenants)
+        self.health.update(snapshot)
         self.version += 1
         self.builds += 1
         cache, ownership = self._cache, self.ownership
@@ -348,6 +355,7 @@ class Feed:
             source=self.source.label,
             _rows=lambda: cache.rows(snapshot, ownership),
             warnings=self.warnings.events(),
+            health=self.health.events(),
         )
         self.state = state
         return state

@@ -1,7 +1,8 @@
 """Every screen as an SVG snapshot (pytest-textual-snapshot), with deterministic data: the silos
 fleet simulated from 06:00 to 14:00 UTC on a fixed clock, one node unreachable, one stale, an
-agent error. Update after an intended change with `pytest tests/tui --snapshot-update` and look at
-the SVGs under tests/tui/__snapshots__/ before committing them."""
+agent error, XID and ECC events. Update after an intended change with
+`pytest tests/tui --snapshot-update` and look at the SVGs under tests/tui/__snapshots__/ before
+committing them."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ def scene() -> GpuopsApp:
         feed.build()
     source.set_state("sim-speech-01", UNREACHABLE, "connection refused")
     source.agent_error("sim-research-01", "sample failed: GPU 2: GPU_IS_LOST")
+    # GPU health events, carried by the next samples as an agent's NVML events are.
+    source.inject_event("sim-chat-01", "xid", 3, xid=79)
+    source.inject_event("sim-platform-01", "xid", 0, xid=94, gpu_instance_id=2, compute_instance_id=0)
+    source.inject_event("sim-vision-01", "ecc_double_bit", 5)
     clock.advance(8)
     source.sample([n for n in source.views if n != "sim-analytics-01"])
     source.set_state("sim-analytics-01", STALE, "no sample for 4s")

@@ -23,6 +23,7 @@ exactly as an event from NVML's event set does — with no thread per simulated 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import json
@@ -161,6 +162,30 @@ class SpoolEventSource(EventSource):
             log.warning("ignored injected event %s: %s", name, problem)
             return None
         return RawEvent(gpu, kind, xid, gi, ci, self._uuid_of(gpu))
+
+
+class QueuedEventSource(EventSource):
+    """Events handed over in this process (gpuops.fleet.simsource, tests): `put` queues one, the
+    node's HealthMonitor takes it at its next sample."""
+
+    def __init__(self) -> None:
+        self._queue: collections.deque[RawEvent] = collections.deque()
+
+    def put(self, event: RawEvent) -> None:
+        problem = event_problem(
+            event.kind, event.gpu, event.xid, event.gpu_instance_id, event.compute_instance_id
+        )
+        if problem:
+            raise ValueError(problem)
+        self._queue.append(event)
+
+    def wait(self, timeout: float) -> RawEvent | None:
+        try:
+            return self._queue.popleft()
+        except IndexError:
+            if timeout > 0:
+                time.sleep(timeout)
+            return None
 
 
 class FaultyBackend:

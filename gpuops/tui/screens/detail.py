@@ -26,6 +26,7 @@ from gpuops.tui.table import Cell, Column, LiveTable, Row
 from gpuops.views import format as fmt
 from gpuops.views.common import mig_active, short_model
 from gpuops.views.detail import SliceSpan, find_gpu, mig_layout, process_rows
+from gpuops.views.events import xid_summary
 
 GPU_COLUMNS = (
     Column("GPU", "gpu", "right"),
@@ -39,6 +40,7 @@ GPU_COLUMNS = (
     Column("Mem clock", "mem", "right"),
     Column("MIG", "mig"),
     Column("Procs", "procs", "right"),
+    Column("XID", "xid", "right"),
 )
 PROC_COLUMNS = (
     Column("GPU", "gpu", "right"),
@@ -54,6 +56,14 @@ SLICE_WIDTH = 11
 
 def _gpus(view: NodeView) -> tuple[Gpu, ...]:
     return view.sample.gpus if view.sample else (view.inventory.gpus if view.inventory else ())
+
+
+def _xid_count(view: NodeView, gpu: Gpu) -> str:
+    """The GPU's XID errors since its agent listens; "-" where the agent reports no events."""
+    health = view.sample.health if view.sample else None
+    if health is None or health.error:
+        return "-"
+    return str(sum(c.count for c in health.xid_counts if c.gpu == gpu.info.index))
 
 
 def node_header(view: NodeView, now: float) -> Text:
@@ -138,6 +148,7 @@ def gpu_panel(view: NodeView, gpu: Gpu | None, ownership: Ownership) -> RichGrou
         facts.add_row("temperature", fmt.celsius(s.temperature_celsius))
         facts.add_row("clocks", f"SM {fmt.mhz(s.sm_clock_mhz)} · memory {fmt.mhz(s.memory_clock_mhz)}")
     facts.add_row("SMs", fmt.metric(gpu.info.multiprocessor_count, str))
+    facts.add_row("XID errors", xid_summary(view.sample.health if view.sample else None, gpu.info.index))
     if gpu.processes_error:
         facts.add_row("processes", Text(f"n/a ({gpu.processes_error})", style="yellow"))
     parts.append(facts)
@@ -253,6 +264,7 @@ class DetailScreen(ViewScreen):
             fmt.mhz(s.memory_clock_mhz) if s else "-",
             mig,
             str(len(gpu.processes)) if not gpu.processes_error else "n/a",
+            _xid_count(view, gpu),
         )
 
     def _processes(self, state: FleetState, view: NodeView) -> None:

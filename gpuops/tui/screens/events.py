@@ -1,6 +1,7 @@
 """`:events`: what happened to the fleet — nodes going stale or unreachable and coming back, agent
-errors, attribution warnings (each distinct one once) — newest first. (XID errors and applied
-changes will land here as their sources do.)"""
+errors, attribution warnings (each distinct one once), and the GPUs' health events (XID errors
+with their meaning, ECC errors, clock events) per node, GPU and MIG instance — newest first.
+(Applied changes will land here as their source does.)"""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from gpuops.tui.feed import ATTRIBUTION, FLEET_WIDE, FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Column, LiveTable, Row
-from gpuops.views.events import event_rows
+from gpuops.views.events import HEALTH, event_rows
 
 KIND_STYLE = {
     LIVE: "green",
@@ -28,6 +29,7 @@ KIND_STYLE = {
     "agent-error": "#ff875f",
     ATTRIBUTION: "#ffaf00",
 }
+HEALTH_STYLE = ("#87afd7", "bold red")  # a health event that is informative, one that needs someone
 
 
 class EventsScreen(ViewScreen):
@@ -56,8 +58,8 @@ class EventsScreen(ViewScreen):
         )
         yield LiveTable(columns, id="events-table")
         yield Static(
-            "No events yet. Nodes going stale or unreachable and back, agent errors and attribution "
-            "warnings appear here.",
+            "No events yet. Nodes going stale or unreachable and back, agent errors, attribution "
+            "warnings and GPU health events (XID, ECC, clocks) appear here.",
             id="events-empty",
         )
 
@@ -65,18 +67,20 @@ class EventsScreen(ViewScreen):
         return self.query_one(LiveTable)
 
     def draw(self, state: FleetState) -> None:
-        events = event_rows(state.events + state.warnings, self.filter, self.sort, self.reverse)
+        events = event_rows(state.events + state.warnings, self.filter, self.sort, self.reverse, state.health)
         out: list[Row] = []
         for i, e in enumerate(events):
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.time))
+            style = HEALTH_STYLE[e.severe] if e.kind == HEALTH else KIND_STYLE.get(e.kind, "")
+            gpu = "" if e.gpu is None or e.gpu < 0 else str(e.gpu)
             out.append(
                 (
-                    f"{e.time:.6f}/{e.node}/{e.kind}/{i}",
+                    f"{e.time:.6f}/{e.node}/{e.kind}/{i}/{gpu}",
                     (
                         stamp,
                         render.age(max(0.0, state.time - e.time)),
                         Text(e.node, style="bold"),
-                        Text(e.what, style=KIND_STYLE.get(e.kind, "")),
+                        Text(e.what, style=style),
                         e.message,
                     ),
                 )
@@ -84,11 +88,12 @@ class EventsScreen(ViewScreen):
         self.query_one(LiveTable).set_rows(out)
         empty = self.query_one("#events-empty", Static)
         empty.display = not out
-        if not out and (state.events or state.warnings):
+        if not out and (state.events or state.warnings or state.health):
             empty.update("No event matches the filter (esc clears it).")
 
     @on(LiveTable.RowSelected)
     def _selected(self, event: LiveTable.RowSelected) -> None:
-        node = event.key.split("/", 2)[1]
+        parts = event.key.split("/")
+        node, gpu = parts[1], parts[-1]
         if node != FLEET_WIDE:  # a warning about no node in particular has no node to open
-            self.gapp.open_detail(node, None)
+            self.gapp.open_detail(node, int(gpu) if gpu else None)
