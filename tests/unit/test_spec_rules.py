@@ -537,7 +537,7 @@ CASES = [
         frobnicate: 1
         """,
         "f.yaml:3:1: frobnicate: unknown key 'frobnicate'; valid keys: version, interval, ssh, agent, "
-        "jump_hosts, teams, nodes, carve, attribution, pools",
+        "jump_hosts, teams, nodes, carve, attribution, pools, source",
     ),
     (
         "unknown ssh key",
@@ -892,7 +892,7 @@ def test_all_errors_are_reported_sorted_by_place() -> None:
         "f.yaml:20:11: nodes[3].host: 10.0.0.2:22 through gw is already listed as nodes[2] at line 16; "
         "list each machine once",
         "f.yaml:22:11: nodes[4].host: host must not contain whitespace (got 'bad host')",
-        "f.yaml:23:1: extra: unknown key 'extra'; valid keys: version, interval, ssh, agent, jump_hosts, teams, nodes, carve, attribution, pools",
+        "f.yaml:23:1: extra: unknown key 'extra'; valid keys: version, interval, ssh, agent, jump_hosts, teams, nodes, carve, attribution, pools, source",
     ]
 
 
