@@ -280,23 +280,30 @@ def queue(
     as_json: bool = typer.Option(False, "--json", help="demand.json as the scheduler wrote it."),
 ) -> None:
     """The simulated fleet's queued work: where each job runs, what is done, per team (exit 1 when
-    there is none)."""
+    there is none, or no fleet runs there)."""
     import json
     import time
 
+    from gpuops.fleet.simfleet import running_pid
     from gpuops.fleet.simfleet.demand import read_demand
 
     where = _dir(directory)
     doc = read_demand(where)
     if doc is None:
         fail(f"no queued work recorded in {where} (is a sim fleet running there? gpuops sim status)")
-    if as_json:
-        typer.echo(json.dumps(doc, indent=1))
-        return
     try:
         lines = queue_lines(doc, time.time())
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a file edited or cut short
         fail(f"{where / 'demand.json'}: not a queue this version writes ({type(exc).__name__}: {exc})")
+    if running_pid(where) is None:
+        # `sim down` leaves demand.json for the post-mortem; nothing runs it any more.
+        fail(
+            f"no simulated fleet runs in {where}; its demand.json is the queue when it stopped "
+            f"(start one: gpuops sim up{_dir_flag(where)})"
+        )
+    if as_json:
+        typer.echo(json.dumps(doc, indent=1))
+        return
     for line in lines:
         typer.echo(line)
 

@@ -457,6 +457,32 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
     assert status.exit_code == 1
 
 
+def test_sim_queue_after_down_is_no_queue(tmp_path: Path) -> None:
+    """Issue 18 item 10: the demand.json a stopped fleet leaves behind is not its queue: exit 1, one line."""
+    from tests.integration.test_plan_apply import gpuops
+
+    directory = tmp_path / "fleet"
+    up = gpuops("sim", "up", "--nodes", "3", "--dir", str(directory), "--queue-speed", "600")
+    assert up.returncode == 0, up.stderr
+    try:
+        deadline = time.monotonic() + 20
+        while not (directory / "demand.json").exists():
+            assert time.monotonic() < deadline, "the scheduler wrote no demand.json"
+            time.sleep(0.2)
+        running = gpuops("sim", "queue", "--dir", str(directory))
+        assert running.returncode == 0, running.stderr
+        assert running.stdout.startswith("Queued work")
+    finally:
+        down = gpuops("sim", "down", "--dir", str(directory))
+    assert down.returncode == 0, down.stderr
+    for extra in ((), ("--json",)):
+        stale = gpuops("sim", "queue", "--dir", str(directory), *extra)
+        assert stale.returncode == 1, stale.stdout
+        assert stale.stdout == ""
+        assert stale.stderr.strip().count("\n") == 0, stale.stderr
+        assert f"no simulated fleet runs in {directory}" in stale.stderr
+
+
 def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
     app, runner = _app(), CliRunner()
     for args, code, text in (
