@@ -123,7 +123,8 @@ class _NodeRecord:
     def __init__(self, target: NodeTarget) -> None:
         self.target = target
         self.view = NodeView(target.name, target.ssh.address, owner=target.owner, since=time.time())
-        self.attempts = 0  # connection attempts that have ended (for discovery)
+        self.attempts = 0  # connection attempts that have ended
+        self.answered = False  # a sample came or an attempt ended: discovery waits no longer
         self.progress = Progress()  # where the current attempt is
         # While a stream is followed: when its agent last said anything (monotonic), and the
         # future the watchdog fails when it has been silent too long.
@@ -159,6 +160,9 @@ class Collector:
         self.silence_limit = silence_limit if silence_limit is not None else max(5 * interval, 10.0)
         self.backoff_max = backoff_max
         self._records = {t.name: _NodeRecord(t) for t in targets}
+        # Nodes discovery still waits for, counted as they answer: checking every node on every
+        # change made discovery quadratic (29% of a 4000-node discovery's CPU).
+        self._unanswered = len(self._records)
         self._handshakes = asyncio.Semaphore(max_handshakes)
         self._tasks: list[asyncio.Task[None]] = []
         self._following: set[_NodeRecord] = set()
@@ -210,7 +214,7 @@ class Collector:
     async def discover(self, timeout: float) -> FleetSnapshot:
         """Wait until every node has answered once or failed its first attempt (or timeout)."""
         deadline = time.monotonic() + timeout
-        while not all(r.view.sample is not None or r.attempts > 0 for r in self._records.values()):
+        while self._unanswered > 0:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -235,6 +239,7 @@ class Collector:
                 loop.call_soon(self._pause)
         old = record.view
         if old.state != LIVE or old.reason:
+            self._answer(record)
             self._update(record, state=LIVE, reason="", sample=sample, last_seen=time.time())
             return
         # NodeView is a frozen dataclass without __post_init__: a copy of its instance dict with
@@ -248,6 +253,11 @@ class Collector:
         self._changed.set()
         if self._on_change is not None:
             self._on_change()
+
+    def _answer(self, record: _NodeRecord) -> None:
+        if not record.answered:
+            record.answered = True
+            self._unanswered -= 1
 
     def _update(self, record: _NodeRecord, **changes: object) -> None:
         old = record.view
@@ -278,6 +288,7 @@ class Collector:
             except Exception as exc:  # one node's surprise must not end its collection
                 reason = printable(f"{type(exc).__name__}: {exc}")
             record.attempts += 1
+            self._answer(record)
             self._update(record, state=UNREACHABLE, reason=reason, route=record.progress.route)
             backoff = BACKOFF_FIRST if got_data else min(backoff * 2, self.backoff_max)
             await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
