@@ -4,15 +4,22 @@ The fleet is the `silos` scenario (teams with busy, idle and MIG-carved nodes, o
 team with queued work), served by one background process; the TUI follows it like any fleet.yaml.
 With --prometheus the fleet starts its own Prometheus (Debian's package) scraping every node, and
 the view reads the fleet from it (PromQL) instead of over SSH.
-Whatever ends the view (q, :q, ctrl-c, SIGTERM, the terminal closing), the fleet is stopped.
-Without a terminal (piped, in CI) the live table of `gpuops status` is printed instead.
+Whatever ends the view (q, :q, ctrl-c, SIGTERM, the terminal closing), the fleet is stopped and
+its temporary directory removed; should the demo die without a chance to (SIGKILL), the fleet
+sees its parent go and does both itself (simfleet/tether.py).
+The full screen needs a terminal on stdin, stdout and stderr; without one the demo refuses before
+starting anything (as `gpuops tui` does). `--plain` prints the live table of `gpuops status`
+instead, for pipes and CI.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
+import sys
 import tempfile
 from pathlib import Path
+from types import FrameType
 
 import typer
 
@@ -40,19 +47,28 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start a simulated fleet on loopback and watch it live (q quits and stops the fleet)."""
         from gpuops.cli.fleet import load_or_fail, run_live
-        from gpuops.cli.tui import fleet_source, is_terminal, run_tui
+        from gpuops.cli.tui import fleet_source, run_tui
         from gpuops.fleet.simfleet import ScenarioError, SimFleetError, launch, stop
         from gpuops.fleet.ssh import run
 
         if interval < 0.1:
             fail("--interval must be at least 0.1 seconds", code=2)
-        full_screen = not plain and is_terminal()
-        with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as tmp:
-            directory = Path(tmp) / "sim"
+        full_screen = not plain
+        if full_screen and (missing := _not_terminals()):
+            fail(
+                f"gpuops demo draws a full screen, and {missing} not a terminal; "
+                "for a live table in a pipe or CI use: gpuops demo --plain",
+                code=2,
+            )
+        # The terminal closing must stop the fleet like ctrl-c does (the TUI has its own handler).
+        signal.signal(signal.SIGHUP, _hang_up)
+        # The fleet removes the directory itself when this process dies first.
+        with tempfile.TemporaryDirectory(prefix="gpuops-demo-", ignore_cleanup_errors=True) as tmp:
+            directory = Path(tmp)
             if full_screen:
                 typer.echo("starting a simulated fleet (silos scenario) on loopback…")
             try:
-                started = launch(directory, "silos", nodes, prometheus=prometheus)
+                started = launch(directory, "silos", nodes, prometheus=prometheus, tied=True)
             except ScenarioError as exc:
                 fail(str(exc), code=2)
             except (SimFleetError, OSError) as exc:
@@ -75,3 +91,25 @@ def register(app: typer.Typer) -> None:
                         run(run_live(fleet, interval, url=url))
             finally:
                 typer.echo(stop(directory))
+
+
+def _not_terminals() -> str:
+    """Which of stdin, stdout, stderr are not a terminal, as a phrase ('' when all are): Textual
+    reads keys from stdin and draws on stderr, and a redirected stdout would swallow what the
+    demo says before and after the screen (where its fleet is, that it stopped)."""
+    streams = (("stdin", sys.stdin), ("stdout", sys.stdout), ("stderr", sys.__stderr__))
+    names = [name for name, stream in streams if not _is_tty(stream)]
+    if not names:
+        return ""
+    return f"{' and '.join(names)} is" if len(names) == 1 else f"{', '.join(names)} are"
+
+
+def _is_tty(stream: object) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
+
+
+def _hang_up(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt

@@ -127,13 +127,13 @@ def test_demo_shows_a_live_fleet_and_leaves_nothing_behind() -> None:
     import time
 
     demo = subprocess.Popen(
-        [sys.executable, "-m", "gpuops", "demo", "--interval", "0.5"],
+        [sys.executable, "-m", "gpuops", "demo", "--plain", "--interval", "0.5"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         cwd=REPO,
         env={**os.environ, "COLUMNS": "200"},
     )
-    # Without a terminal the live table is printed when it stops; give the fleet time to answer.
+    # --plain: the live table is printed when it stops; give the fleet time to answer.
     time.sleep(8)
     demo.send_signal(signal.SIGINT)
     out = demo.communicate(timeout=30)[0].decode(errors="replace")

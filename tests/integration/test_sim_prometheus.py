@@ -103,13 +103,24 @@ def test_sim_up_prometheus_without_the_binary_is_one_line(tmp_path: Path) -> Non
 @needs_prometheus
 def test_demo_prometheus_watches_the_fleet_through_prometheus() -> None:
     demo = subprocess.Popen(
-        [sys.executable, "-m", "gpuops", "demo", "--prometheus", "--nodes", "4", "--interval", "0.5"],
+        [
+            sys.executable,
+            "-m",
+            "gpuops",
+            "demo",
+            "--plain",
+            "--prometheus",
+            "--nodes",
+            "4",
+            "--interval",
+            "0.5",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         cwd=REPO,
         env={**os.environ, "COLUMNS": "200"},
     )
-    # Without a terminal the live table is printed when it stops; give Prometheus time to scrape.
+    # --plain: the live table is printed when it stops; give Prometheus time to scrape.
     time.sleep(10)
     demo.send_signal(signal.SIGINT)
     out = demo.communicate(timeout=30)[0].decode(errors="replace")

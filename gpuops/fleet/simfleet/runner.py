@@ -33,6 +33,7 @@ import logging
 import logging.handlers
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,6 +58,7 @@ from gpuops.fleet.simfleet.prometheus import (
 )
 from gpuops.fleet.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
 from gpuops.fleet.simfleet.server import SimFleetServer
+from gpuops.fleet.simfleet.tether import parent_gone, tie_to_parent
 
 log = logging.getLogger("gpuops.simfleet")
 
@@ -415,8 +417,31 @@ def serve_main(
     base_port: int,
     queue_speed: float = DEFAULT_SPEED,
     prometheus: bool = False,
+    tied_to: int | None = None,
 ) -> int:
+    """Serve in the foreground; with `tied_to` (a pid), only while that process lives, and the
+    directory goes with the fleet when that process dies first (tether.py)."""
     directory = directory.expanduser().absolute()
+    if tied_to is not None and not tie_to_parent(tied_to):
+        shutil.rmtree(directory, ignore_errors=True)
+        return 1
+    try:
+        return _serve_locked(directory, scenario, nodes, seed, user, base_port, queue_speed, prometheus)
+    finally:
+        if tied_to is not None and parent_gone(tied_to):
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _serve_locked(
+    directory: Path,
+    scenario: str,
+    nodes: int | None,
+    seed: int,
+    user: str | None,
+    base_port: int,
+    queue_speed: float,
+    prometheus: bool,
+) -> int:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     paths = SimPaths(directory)
     lock = _try_lock(paths)
@@ -471,6 +496,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="queued work runs this much faster than real time",
     )
     run.add_argument("--prometheus", action="store_true", help="start a Prometheus scraping the fleet")
+    run.add_argument(
+        "--exit-with-parent",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="stop when process PID dies, and remove --dir then (gpuops demo's fleet)",
+    )
     args = parser.parse_args(argv)
     directory = args.dir if args.dir is not None else default_dir()
     return serve_main(
@@ -482,6 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.base_port,
         args.queue_speed,
         args.prometheus,
+        args.exit_with_parent,
     )
 
 
@@ -517,9 +550,11 @@ def launch(
     timeout: float = READY_TIMEOUT,
     queue_speed: float = DEFAULT_SPEED,
     prometheus: bool = False,
+    tied: bool = False,
 ) -> Launched:
     """Start the fleet process detached (own session, stdio to the log) and wait until ready;
-    with `prometheus`, the fleet starts its own Prometheus too (prometheus.py)."""
+    with `prometheus`, the fleet starts its own Prometheus too (prometheus.py); with `tied`, the
+    fleet ends, and removes `directory`, when this process dies without stopping it (tether.py)."""
     count = len(build_fleet(scenario, nodes, seed).nodes)  # a bad scenario or count fails here
     if not (math.isfinite(queue_speed) and 0 < queue_speed <= MAX_QUEUE_SPEED):
         raise ScenarioError(
@@ -549,6 +584,8 @@ def launch(
         argv += ["--user", user]
     if prometheus:
         argv += ["--prometheus"]
+    if tied:
+        argv += ["--exit-with-parent", str(os.getpid())]
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[3])  # so `-m gpuops...` works from "/"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
