@@ -1,6 +1,6 @@
 """Command line of the node side alone (argparse, stdlib): what a zipapp pushed over SSH runs.
 
-`gpuops agent` on an operator's machine calls the same `run_agent`.
+`gpuops agent` checks its options with the CLI's messages, then becomes this entry (gpuops/cli/agent.py).
 """
 
 from __future__ import annotations
