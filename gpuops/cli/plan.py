@@ -234,7 +234,14 @@ def assert_command(
     _fleet, plan = _make(fleet_file, parallel)
     if plan.changes or plan.failed:
         _print_plan(plan)
-        _out.print("[red]The live state does not match.[/]")
+        unread = [n.name for n in plan.nodes if n.error]
+        if unread and not plan.changes:  # docs/cli.md: no verdict on nodes that could not be read
+            _out.print(
+                "[red]Cannot tell whether the live state matches fleet.yaml: "
+                f"{len(unread)} node(s) could not be read ({escape(', '.join(unread))}).[/]"
+            )
+        else:
+            _out.print("[red]The live state does not match.[/]")
         raise typer.Exit(EXIT_ERROR)
     _out.print("The live state matches fleet.yaml.")
 
@@ -266,6 +273,13 @@ def export_command(
         lives = [asyncio.run(_local_live(backend))]
         text = None
     entries, notes = carve_entries(lives)
+    if any(not live.ok for live in lives):
+        # docs/cli.md: a carve: without a node's entries says that node has none; nothing is
+        # written rather than a document that would undo its settings when applied.
+        for live in lives:
+            if not live.ok:
+                typer.echo(f"error: {live.name}: not exported ({live.error or 'no data'})", err=True)
+        raise typer.Exit(EXIT_ERROR)
     for note in notes:
         typer.echo(f"note: {note}", err=True)
     result = _carve_yaml(entries, text)
@@ -276,8 +290,6 @@ def export_command(
             out.write_text(result, encoding="utf-8")
         except OSError as exc:
             fail(escape(f"cannot write {out}: {exc.strerror or exc}"))
-    if any(not live.ok for live in lives):
-        raise typer.Exit(EXIT_ERROR)
 
 
 async def _local_live(backend: str) -> NodeLive:

@@ -52,7 +52,7 @@ from gpuops.tenancy.gather import no_history, read_histories
 from gpuops.tenancy.rebalance import Options, Proposal, propose, proposed_fleet
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
-# As `discover` exits 3 when some nodes could not be reached: the output is there, but partial.
+# docs/cli.md's rule for reports: the output is there, but some nodes' part of it is not.
 EXIT_INCOMPLETE = 3
 COLUMNS = (
     "Owned",
@@ -182,7 +182,7 @@ def tenants_command(
             **_incomplete_json(evidence),
         }
         typer.echo(json.dumps(document, indent=2))
-        raise typer.Exit(EXIT_INCOMPLETE if evidence.incomplete else EXIT_OK)
+        raise typer.Exit(EXIT_INCOMPLETE if _partial(evidence) else EXIT_OK)
     table = Table(
         title=f"Tenants over {evidence.window.text} (GPUs' worth of GPU time)", title_justify="left"
     )
@@ -209,8 +209,13 @@ def tenants_command(
         _out.print(_pools_table(pools, evidence.window.text))
     _warn_missing(evidence)
     _warn_incomplete(evidence)
-    if evidence.incomplete:
+    if _partial(evidence):
         raise typer.Exit(EXIT_INCOMPLETE)
+
+
+def _partial(evidence: Evidence) -> bool:
+    """A node unread (unreachable, no history) or with unreadable buckets: figures without it."""
+    return bool(evidence.missing or evidence.incomplete)
 
 
 def _pools_table(pools: tuple[PoolUsage, ...], window: str) -> Table:

@@ -51,7 +51,15 @@ def gpu_lines(gpu: GpuPlan) -> list[str]:
 def summary_line(plan: Plan) -> str:
     c = plan.counts()
     failed = [n for n in plan.nodes if n.failed]
-    if not plan.changes:
+    unread = [n for n in failed if n.error]
+    failed = [n for n in failed if not n.error]
+    if not plan.changes and unread:
+        # docs/cli.md: nothing is said about nodes that could not be read, "no changes" least.
+        text = (
+            f"No changes on the {len(plan.nodes) - len(unread)} node(s) read; "
+            f"[red]{len(unread)} node(s) could not be read[/]: the plan is incomplete."
+        )
+    elif not plan.changes:
         text = "No changes: the live state matches fleet.yaml."
     else:
         text = (
@@ -71,6 +79,8 @@ def summary_line(plan: Plan) -> str:
             if procs:
                 text += f" ({len(procs)} process(es) would be stopped: needs --force)"
         text += "."
+        if unread:
+            text += f" [red]{len(unread)} node(s) could not be read[/]: the plan is incomplete."
     if failed:
         text += f" [red]{len(failed)} node(s) with errors.[/]"
     return text

@@ -213,14 +213,16 @@ def test_export_writes_what_assert_accepts(fleet: Launched) -> None:
 
 def test_export_without_a_fleet_reads_this_host() -> None:
     """Without -f, this host's agent: its entries are named by the hostname the agent reports
-    (the simulated node's), and a backend that cannot reach the GPUs is one note and exit 1."""
+    (the simulated node's), and a backend that cannot reach the GPUs is one error, no document
+    and exit 1 (docs/cli.md)."""
     result = gpuops("export", "--backend", "sim")
     assert result.returncode == 0, result.stderr
     assert "select: {nodes: gpu-demo-01, gpus: '6'}" in result.stdout
     assert "placements: [1g.10gb@0, 1g.10gb@1, 2g.20gb@2, 3g.40gb@4]" in result.stdout
     failed = gpuops("export", env={"GPUOPS_NVML_LIBRARY": "/nonexistent/libnvidia-ml.so.1"})
-    assert failed.returncode == 1 and failed.stdout == "carve: []\n"
-    assert failed.stderr.startswith("note: localhost: not exported (NVML is unavailable")
+    assert failed.returncode == 1 and failed.stdout == ""
+    assert failed.stderr.startswith("error: localhost: not exported (NVML is unavailable")
+    assert failed.stderr.count("\n") == 1
     assert "Traceback" not in failed.stderr
 
 
