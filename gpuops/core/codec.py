@@ -25,6 +25,7 @@ from gpuops.core.protocol import (
     MigResult,
     MpsApplyReply,
     MpsResult,
+    PartitionApplyReply,
 )
 
 T = TypeVar("T")
@@ -108,6 +109,12 @@ def mig_result_json(result: MigResult) -> Dict[str, Any]:
 
 def mig_apply_reply_json(reply: MigApplyReply) -> Dict[str, Any]:
     return {"results": [mig_result_json(r) for r in reply.results], "recovered": list(reply.recovered)}
+
+
+def partition_apply_reply_json(reply: PartitionApplyReply) -> Dict[str, Any]:
+    """Every key of each result (the type is newer than the agents that send none)."""
+    out: Dict[str, Any] = to_json(reply)
+    return out
 
 
 def mps_result_json(result: MpsResult) -> Dict[str, Any]:

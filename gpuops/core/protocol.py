@@ -31,8 +31,8 @@ The ops (`OPS`), each with its arguments' checker below:
 - `hello` (versions), `inventory`, `sample`, `watch` (interval, count, delta, rows, align) and `cancel`
   (the id of a watch): what the node has and does, once or as a stream;
 - `config`: the node's MPS daemons and limiter table, for `gpuops plan`;
-- `mig_apply`, `mps_apply`, `limiter_apply`: the changes of `gpuops apply` (`mig_apply_args`,
-  `mps_apply_args`, `limiter_apply_args`);
+- `mig_apply`, `mps_apply`, `limiter_apply`, `partition_apply`: the changes of `gpuops apply`
+  (`mig_apply_args`, `mps_apply_args`, `limiter_apply_args`, `partition_apply_args`);
 - `history` (resolution "hour" or "minute", since, until: `history_args`): the usage buckets the
   node's recorder kept (docs/history.md), for `gpuops tenants`, `rebalance` and the TUI's Pool
   screen.
@@ -65,6 +65,7 @@ OPS = (
     "mps_apply",
     "limiter_apply",
     "history",
+    "partition_apply",
 )
 MAX_CHANGES = 64  # GPUs changed by one mig_apply request, devices by one mps_apply request
 MAX_TENANTS = 64  # tenants of one MPS device, lines of the limiter table
@@ -282,6 +283,58 @@ def mig_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[MigChange, ...], bool, s
         raise ValueError("'force' must be true or false")
     if not isinstance(holder, str) or len(holder) > 200:
         raise ValueError("'holder' must be a short string")
+    return tuple(out), force, holder
+
+
+_COMPUTE_MODE_RE = re.compile(r"^[A-Z]PX\Z")
+_MEMORY_MODE_RE = re.compile(r"^NPS[0-9]\Z")
+
+
+@dataclass(frozen=True)
+class PartitionChange:
+    """One GPU of a partition_apply request: the modes wanted (None: keep)."""
+
+    gpu: int
+    compute: Optional[str]
+    memory: Optional[str]
+    expect: Optional[str]  # "SPX/NPS1": the modes when the plan was made; the node refuses otherwise
+    known_pids: Optional[Tuple[int, ...]] = None  # the processes the plan said it stops
+
+
+def partition_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[PartitionChange, ...], bool, str]:
+    """Validate a partition_apply request: the changes per GPU, whether forced, who asks."""
+    _unknown("", args, ("changes", "force", "holder"))
+    changes = args.get("changes")
+    if not isinstance(changes, list) or not 0 < len(changes) <= MAX_CHANGES:
+        raise ValueError("'changes' must be a list of 1 to %d GPU changes" % MAX_CHANGES)
+    out = []
+    seen = set()
+    for n, change in enumerate(changes):
+        if not isinstance(change, dict):
+            raise ValueError("changes[%d] must be an object" % n)
+        _unknown("changes[%d]: " % n, change, ("gpu", "compute", "memory", "expect", "known_pids"))
+        gpu, expect = change.get("gpu"), change.get("expect")
+        if not isinstance(gpu, int) or isinstance(gpu, bool) or not 0 <= gpu < 256 or gpu in seen:
+            raise ValueError("changes[%d].gpu must be a GPU index, once" % n)
+        compute, memory = change.get("compute"), change.get("memory")
+        if compute is not None and not (isinstance(compute, str) and _COMPUTE_MODE_RE.match(compute)):
+            raise ValueError("changes[%d].compute must be a compute partition mode (SPX, CPX, ...)" % n)
+        if memory is not None and not (isinstance(memory, str) and _MEMORY_MODE_RE.match(memory)):
+            raise ValueError("changes[%d].memory must be a memory partition mode (NPS1, NPS4, ...)" % n)
+        if compute is None and memory is None:
+            raise ValueError("changes[%d] names neither a compute nor a memory mode" % n)
+        if expect is not None and not (isinstance(expect, str) and len(expect) <= 64):
+            raise ValueError("changes[%d].expect must be the modes the plan saw (SPX/NPS1)" % n)
+        known = change.get("known_pids")
+        if known is not None and not (
+            isinstance(known, list)
+            and len(known) <= 4096
+            and all(_is_int(p) and 0 < p < 2**31 for p in known)
+        ):
+            raise ValueError("changes[%d].known_pids must be a list of process ids" % n)
+        seen.add(gpu)
+        out.append(PartitionChange(gpu, compute, memory, expect, tuple(known) if known is not None else None))
+    force, holder = _force_holder(args)
     return tuple(out), force, holder
 
 
@@ -560,6 +613,28 @@ class MigResult:
 class MigApplyReply:
     results: Tuple[MigResult, ...]
     # What finishing the journals of an interrupted apply did (or refused) on other GPUs.
+    recovered: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    """One GPU of a partition_apply reply: done (`changed`, the modes now, the pids `stopped`
+    first), or refused with `code` (node/partition_apply.py's codes, or "journal") and `message`."""
+
+    gpu: int
+    ok: bool
+    changed: bool = False
+    compute_mode: str = ""
+    memory_mode: str = ""
+    stopped: Tuple[int, ...] = ()
+    code: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class PartitionApplyReply:
+    results: Tuple[PartitionResult, ...]
+    # What finishing the journals of an interrupted partition change did on other GPUs.
     recovered: Tuple[str, ...] = ()
 
 

@@ -316,6 +316,14 @@ class AgentClient:
         reply: proto.MigApplyReply = self._decode(proto.MigApplyReply, result)
         return reply
 
+    async def partition_apply(
+        self, changes: list[dict[str, Any]], force: bool = False, holder: str = ""
+    ) -> proto.PartitionApplyReply:
+        """Per-GPU partition mode changes, each a transaction on the node (node/partition_apply.py)."""
+        result = await self.request("partition_apply", {"changes": changes, "force": force, "holder": holder})
+        reply: proto.PartitionApplyReply = self._decode(proto.PartitionApplyReply, result)
+        return reply
+
     async def history(
         self, resolution: str = "hour", since: float | None = None, until: float | None = None
     ) -> History:

@@ -35,6 +35,7 @@ from gpuops.core.codec import (
     limiter_apply_reply_json,
     mig_apply_reply_json,
     mps_apply_reply_json,
+    partition_apply_reply_json,
     sample_to_json,
     to_json,
 )
@@ -384,6 +385,62 @@ class Agent:
                         proto.MigResult(gpu=change.gpu, ok=False, code=exc.code, message=exc.message)
                     )
             return proto.MigApplyReply(results=tuple(results), recovered=tuple(recovered))
+        finally:
+            NodeState.unlock(lock)
+
+    async def _op_partition_apply(self, request: proto.Request) -> None:
+        changes, force, holder = proto.partition_apply_args(request.args)
+        backend = self._require_backend()
+        result = await self._call(lambda: self._partition_apply(backend, changes, force, holder))
+        await self._send(proto.reply(request.id, partition_apply_reply_json(result)))
+
+    def _partition_apply(
+        self, backend: Backend, changes: Tuple[proto.PartitionChange, ...], force: bool, holder: str
+    ) -> proto.PartitionApplyReply:
+        """Under the node lock, as a MIG apply: first what a killed agent left, then each GPU's
+        partition change, each a transaction of its own."""
+        from gpuops.node.partition_apply import ApplyError, apply_partition, recover
+        from gpuops.node.state import LockBusy, NodeState
+
+        state = NodeState(self.state_dir)
+        try:
+            lock = state.lock(holder or "an apply")
+        except LockBusy as exc:
+            raise proto.ProtocolError(proto.BUSY, str(exc)) from None
+        except OSError as exc:
+            raise proto.ProtocolError(proto.INTERNAL, "cannot take the node lock: %s" % exc) from None
+        try:
+            recovery = recover(backend, state)
+            asked = {change.gpu for change in changes}
+            recovered = [n for n in recovery.notes if n not in recovery.refused.values()] + [
+                line for index, line in sorted(recovery.refused.items()) if index not in asked
+            ]
+            results: List[proto.PartitionResult] = []
+            for change in changes:
+                refused = recovery.refused.get(change.gpu)
+                if refused is not None:
+                    results.append(
+                        proto.PartitionResult(gpu=change.gpu, ok=False, code="journal", message=refused)
+                    )
+                    continue
+                try:
+                    results.append(
+                        apply_partition(
+                            backend,
+                            state,
+                            change.gpu,
+                            change.compute,
+                            change.memory,
+                            change.expect,
+                            force,
+                            change.known_pids,
+                        )
+                    )
+                except ApplyError as exc:
+                    results.append(
+                        proto.PartitionResult(gpu=change.gpu, ok=False, code=exc.code, message=exc.message)
+                    )
+            return proto.PartitionApplyReply(results=tuple(results), recovered=tuple(recovered))
         finally:
             NodeState.unlock(lock)
 

@@ -4,7 +4,8 @@
   kernel drops an flock when its holder dies, so a crashed apply never leaves a stale lock;
   the file's text only says who holds it, for the message another apply gets.
 - The **journal**: before a GPU's layout changes, its old and new layouts are written (atomically)
-  to `mig-<uuid>.json`, and removed once the change is done or undone. One left behind means an
+  to `mig-<uuid>.json` (`partition-<uuid>.json` for partition modes, node/partition_apply.py),
+  and removed once the change is done or undone. One left behind means an
   apply was interrupted (its agent killed mid-change). Only the next apply resolves it, after
   checking it (node/mig_apply.py `recover`); read-only sessions only report it
   (`interrupted_applies`), as Terraform leaves a stale state lock to the next write command.
@@ -39,6 +40,7 @@ def default_state_dir() -> str:
 
 
 MAX_JOURNAL_BYTES = 1024 * 1024  # a journal is two layouts: anything bigger is not one
+MIG, PARTITION = "mig", "partition"  # the journals' kinds: their files' prefixes
 
 
 class LockBusy(Exception):
@@ -81,15 +83,15 @@ class NodeState:
 
     # ---- the journal -------------------------------------------------------------------------
 
-    def journal_path(self, uuid: str) -> str:
+    def journal_path(self, uuid: str, kind: str = MIG) -> str:
         """Where the journal of this GPU is kept."""
-        return self._journal_path(uuid)
+        return self._journal_path(uuid, kind)
 
-    def _journal_path(self, uuid: str) -> str:
+    def _journal_path(self, uuid: str, kind: str = MIG) -> str:
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in uuid)[:100]
-        return os.path.join(self.directory, "mig-%s.json" % safe)
+        return os.path.join(self.directory, "%s-%s.json" % (kind, safe))
 
-    def begin(self, uuid: str, index: int, old: Dict[str, Any], new: Dict[str, Any]) -> None:
+    def begin(self, uuid: str, index: int, old: Dict[str, Any], new: Dict[str, Any], kind: str = MIG) -> None:
         self._ensure()
         record = {
             "uuid": uuid,
@@ -99,27 +101,27 @@ class NodeState:
             "pid": os.getpid(),
             "time": time.time(),
         }
-        path = self._journal_path(uuid)
+        path = self._journal_path(uuid, kind)
         atomic_write(path, json.dumps(record), 0o666, umask=True)
 
-    def end(self, uuid: str) -> None:
+    def end(self, uuid: str, kind: str = MIG) -> None:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._journal_path(uuid))
+            os.unlink(self._journal_path(uuid, kind))
 
     def pending(self) -> List[Dict[str, Any]]:
         """Well-formed journal records left by an agent that died mid-change."""
         return [record for _path, record, problem in self.journals() if record is not None and not problem]
 
-    def journals(self) -> List[Tuple[str, Optional[Dict[str, Any]], str]]:
-        """Every journal file: (path, its record or None, "" or what is wrong with it). A record
-        comes with a problem when it names a GPU but is malformed otherwise."""
+    def journals(self, kind: str = MIG) -> List[Tuple[str, Optional[Dict[str, Any]], str]]:
+        """Every journal file of `kind`: (path, its record or None, "" or what is wrong with it).
+        A record comes with a problem when it names a GPU but is malformed otherwise."""
         try:
             names = sorted(os.listdir(self.directory))
         except OSError:
             return []
         out = []
         for name in names:
-            if name.startswith("mig-") and name.endswith(".json"):
+            if name.startswith(kind + "-") and name.endswith(".json"):
                 path = os.path.join(self.directory, name)
                 record, problem = self._read(path)
                 out.append((path, record, problem))
@@ -153,7 +155,8 @@ def interrupted_applies(directory: str) -> List[str]:
     """One line per journal in the state directory, for read-only sessions: what was interrupted
     and that only an apply resolves it. Nothing is changed."""
     lines = []
-    for path, record, problem in NodeState(directory).journals():
+    state = NodeState(directory)
+    for path, record, problem in state.journals(MIG) + state.journals(PARTITION):
         if record is not None and not problem:
             lines.append(
                 "interrupted apply on GPU %d (%s), journal %s: run `gpuops apply` to roll it back or "

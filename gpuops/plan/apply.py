@@ -6,6 +6,7 @@
 2. stop MPS daemons of GPUs whose MIG layout changes (their devices go away);
 3. MIG changes: one `mig_apply` request, each GPU a transaction on the node (old layout or new
    one, never between; refused with pids and users while processes are in the way unless forced);
+   partition mode changes (AMD) likewise, one `partition_apply` request;
 4. MPS daemons: one per GPU or per MIG device (devices read after the MIG change);
 5. the limiter tenant table, rewritten once for the node from the lines of every GPU;
 6. verify: read the node again and check each applied GPU has what was asked.
@@ -34,6 +35,7 @@ from gpuops.plan.diff import (
     daemon_devices,
     gpu_fingerprint,
     live_summary,
+    partition_modes,
     payload_actions,
     plan_node,
     show_layout,
@@ -108,7 +110,9 @@ def shown_node(saved: NodePlan, live: NodeLive) -> NodePlan:
         gpu = by_index.get(planned.index)
         actions: tuple[Action, ...] = ()
         if gpu is not None and planned.has_payload and not planned.problems:
-            actions = tuple(payload_actions(gpu, live, planned.mig, planned.mps, planned.limiter))
+            actions = tuple(
+                payload_actions(gpu, live, planned.mig, planned.mps, planned.limiter, planned.partition)
+            )
         gpus.append(replace(planned, actions=actions))
     return replace(saved, gpus=tuple(gpus))
 
@@ -136,6 +140,7 @@ class _NodeApply:
             try:
                 await self._stop_mps_for_mig(gpus)
                 await self._mig(gpus)
+                await self._partition(gpus)
                 await self._mps(gpus)
                 await self._limiter(gpus)
                 await self._verify(gpus)
@@ -227,6 +232,36 @@ class _NodeApply:
                     self.result.done.append(text)
             else:
                 self._refuse(item.gpu, f"MIG {item.code}: {item.message}")
+
+    # -- partition modes -------------------------------------------------------------------------
+
+    async def _partition(self, gpus: Sequence[GpuPlan]) -> None:
+        changes: list[dict[str, Any]] = [
+            {**g.partition.to_json(), "gpu": g.index}
+            for g in gpus
+            if g.partition is not None and g.index not in self.failed
+        ]
+        if not changes:
+            return
+        try:
+            reply = await self.client.partition_apply(changes, force=self.force, holder=self.holder)
+        except AgentError as exc:
+            if exc.code == LOST:
+                raise
+            for c in changes:
+                self._refuse(c["gpu"], f"partition: {exc.message}")
+            return
+        for note in reply.recovered:
+            self.result.done.append(f"recovered: {note}")
+        for item in reply.results:
+            if item.ok:
+                if item.changed:
+                    text = f"GPU {item.gpu}: partition modes {item.compute_mode}/{item.memory_mode} applied"
+                    if item.stopped:
+                        text += " (stopped " + ", ".join(str(p) for p in item.stopped) + ")"
+                    self.result.done.append(text)
+            else:
+                self._refuse(item.gpu, f"partition {item.code}: {item.message}")
 
     # -- MPS -------------------------------------------------------------------------------------
 
@@ -326,6 +361,15 @@ def verify_gpu(plan: GpuPlan, gpu: Gpu, live: NodeLive) -> list[str]:
                 want_d["running"] and have_settings != want_d
             ):
                 problems.append(f"MPS daemon on {device} is not as planned")
+    if plan.partition is not None:
+        modes, asked = gpu.partition, plan.partition
+        if modes is None:
+            problems.append("the GPU has no partition modes")
+        elif (asked.compute or modes.compute_mode, asked.memory or modes.memory_mode) != (
+            modes.compute_mode,
+            modes.memory_mode,
+        ):
+            problems.append(f"partition modes are {partition_modes(modes)}, not the planned ones")
     if plan.limiter is not None and live.limiter_terms(gpu) != sorted(plan.limiter):
         problems.append("the limiter lines for this GPU are not the planned ones")
     return problems

@@ -10,6 +10,9 @@ Per GPU, three independent kinds of change:
   daemon whose servers have clients (new defaults reach only new servers).
 - limiter: the tenant lines that apply to the GPU. Never disruptive: running programs read the
   new table within a second.
+- partition (AMD Instinct): the compute and memory partition modes. Always disruptive: the
+  driver re-lays the whole GPU, which must be idle; its processes are listed (the node refuses
+  them at apply time unless forced).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Any
 
 from gpuops.core.mig.catalog import MigModel, find_model
 from gpuops.core.mig.layout import InstanceSpec, MigLayout, disrupted_processes, fingerprint, layout_of
-from gpuops.core.model import Gpu, GpuProcess
+from gpuops.core.model import Gpu, GpuProcess, PartitionState
+from gpuops.core.partition_catalog import find_partition_model
 from gpuops.core.units import format_bytes, format_percent
 from gpuops.plan.live import MpsDaemon, NodeLive, mps_threads
 from gpuops.plan.model import (
@@ -28,6 +32,7 @@ from gpuops.plan.model import (
     LIMITER,
     MIG,
     MPS,
+    PARTITION,
     REMOVE,
     Action,
     GpuPlan,
@@ -35,6 +40,7 @@ from gpuops.plan.model import (
     MpsPayload,
     MpsTenantPayload,
     NodePlan,
+    PartitionPayload,
     Plan,
     Proc,
     Terms,
@@ -107,12 +113,20 @@ def _procs(processes: Sequence[GpuProcess]) -> tuple[Proc, ...]:
 def live_summary(gpu: Gpu, live: NodeLive) -> dict[str, Any]:
     """What `apply --plan` compares, in words people read when it changed."""
     model = _model(gpu)
-    return {
+    summary = {
         "mig": show_layout(layout_of(gpu), model) + (" (mode change pending)" if _pending(gpu) else ""),
         "processes": [f"{p.pid} ({p.user or '?'})" for p in sorted(gpu.processes, key=lambda p: p.pid)],
         "mps": {d.device: d.settings() for d in live.daemons_of(gpu)},
         "limiter": [show_terms(t) for t in live.limiter_terms(gpu)],
     }
+    if gpu.partition is not None:  # only where there are modes: NVIDIA GPUs' summaries as before
+        summary["partition"] = partition_modes(gpu.partition)
+    return summary
+
+
+def partition_modes(state: PartitionState) -> str:
+    """ "SPX/NPS1": the modes as a plan's `expect` holds them (node/partition_apply.modes_text)."""
+    return f"{state.compute_mode or '?'}/{state.memory_mode or '?'}"
 
 
 def _pending(gpu: Gpu) -> bool:
@@ -123,21 +137,27 @@ def gpu_fingerprint(gpu: Gpu, live: NodeLive) -> str:
     """What a saved plan for this GPU was made from. Not its processes: jobs come and go; the node
     refuses a MIG change that would stop a process the plan did not list (`known_pids`)."""
     layout = layout_of(gpu)
-    return state_fingerprint(
-        {
-            "uuid": gpu.info.uuid,
-            "mig": layout.to_json() if layout is not None else None,
-            "pending": _pending(gpu),
-            "mps": [d.settings() for d in live.daemons_of(gpu)],
-            "limiter": live.limiter_terms(gpu),
-        }
-    )
+    state: dict[str, Any] = {
+        "uuid": gpu.info.uuid,
+        "mig": layout.to_json() if layout is not None else None,
+        "pending": _pending(gpu),
+        "mps": [d.settings() for d in live.daemons_of(gpu)],
+        "limiter": live.limiter_terms(gpu),
+    }
+    if gpu.partition is not None:  # NVIDIA GPUs' fingerprints stay what saved plans hold
+        state["partition"] = partition_modes(gpu.partition)
+    return state_fingerprint(state)
 
 
 def what_changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The differences between two live summaries (what fingerprints cover), one line each."""
     lines = []
-    labels = {"mig": "MIG layout", "mps": "MPS daemons", "limiter": "limiter lines"}
+    labels = {
+        "mig": "MIG layout",
+        "mps": "MPS daemons",
+        "limiter": "limiter lines",
+        "partition": "partition modes",
+    }
     for key, label in labels.items():
         if before.get(key) != after.get(key):
             lines.append(f"{label}: was {_words(before.get(key))}, now {_words(after.get(key))}")
@@ -327,6 +347,55 @@ def limiter_actions(old: Sequence[Terms], new: Sequence[Terms]) -> list[Action]:
     return actions
 
 
+# ---- partition modes -----------------------------------------------------------------------------
+
+
+def partition_actions(gpu: Gpu, payload: PartitionPayload) -> list[Action]:
+    """One `~` line per mode that changes; disruptive, with every process of the GPU (a
+    partition change needs the whole GPU idle)."""
+    live = gpu.partition
+    if live is None:  # the node refuses the change, and says so
+        return [Action(PARTITION, CHANGE, "partition modes on a GPU without them", True)]
+    victims = _procs(gpu.processes)
+    actions = []
+    if payload.memory is not None and payload.memory != live.memory_mode:
+        text = f"memory partition {live.memory_mode or '?'} -> {payload.memory}"
+        actions.append(Action(PARTITION, CHANGE, text, True, victims))
+    if payload.compute is not None and payload.compute != live.compute_mode:
+        model = find_partition_model(gpu.info.name)
+        count = model.compute.get(payload.compute) if model is not None else None
+        made = f" ({count} logical GPU{'s' if count != 1 else ''})" if count else ""
+        text = f"compute partition {live.compute_mode or '?'} -> {payload.compute}{made}"
+        actions.append(Action(PARTITION, CHANGE, text, True, victims))
+    return actions
+
+
+def _partition_payload(gpu: Gpu, desired: DesiredGpu, problems: list[str]) -> PartitionPayload | None:
+    want = desired.partition
+    assert want is not None
+    info, live = gpu.info, gpu.partition
+    if live is None:
+        problems.append(f"{want.location}: GPU {info.index} ({info.name}) has no partition modes")
+        return None
+    for key, mode, accepted in (
+        ("compute", want.compute, live.compute_modes),
+        ("memory", want.memory, live.memory_modes),
+    ):
+        if mode is not None and accepted and mode not in accepted:
+            problems.append(
+                f"{want.location}: GPU {info.index} ({info.name}) takes {key} modes "
+                f"{'/'.join(accepted)}, not {mode}"
+            )
+    if problems:
+        return None
+    compute = want.compute if want.compute not in (None, live.compute_mode) else None
+    memory = want.memory if want.memory not in (None, live.memory_mode) else None
+    if compute is None and memory is None:
+        return None
+    pids = tuple(sorted(p.pid for p in gpu.processes))
+    return PartitionPayload(compute, memory, partition_modes(live), pids)
+
+
 # ---- per GPU, node, fleet ------------------------------------------------------------------------
 
 
@@ -336,6 +405,7 @@ def payload_actions(
     mig: MigPayload | None,
     mps: MpsPayload | None,
     limiter: Sequence[Terms] | None,
+    partition: PartitionPayload | None = None,
 ) -> list[Action]:
     """The plan's lines for these payloads against the GPU as it is now. A plan made here and a
     saved plan being applied both show this, so what is shown is what the payloads will do."""
@@ -365,6 +435,8 @@ def payload_actions(
             actions += _mps_diff(mps, devices, live.daemons_of(gpu), users)
     if limiter is not None:
         actions += limiter_actions(live.limiter_terms(gpu), sorted(limiter))
+    if partition is not None:
+        actions += partition_actions(gpu, partition)
     return actions
 
 
@@ -412,11 +484,14 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
             )
         else:
             limiter = tuple(wanted_terms)
+    partition: PartitionPayload | None = None
+    if desired.partition is not None and not problems:
+        partition = _partition_payload(gpu, desired, problems)
     if problems:
         actions: list[Action] = []
-        mig_payload = mps = limiter = None
+        mig_payload = mps = limiter = partition = None
     else:
-        actions = payload_actions(gpu, live, mig_payload, mps, limiter)
+        actions = payload_actions(gpu, live, mig_payload, mps, limiter, partition)
     kinds = {a.kind for a in actions}  # a payload that changes nothing is not sent
     return GpuPlan(
         index=info.index,
@@ -429,6 +504,7 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
         mig=mig_payload if MIG in kinds else None,
         mps=mps if MPS in kinds else None,
         limiter=limiter if LIMITER in kinds else None,
+        partition=partition if PARTITION in kinds else None,
     )
 
 

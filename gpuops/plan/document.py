@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from gpuops.core.mig.layout import MigLayout
+from gpuops.core.partition_catalog import COMPUTE_MODE_NAMES, MEMORY_MODE_NAMES
 from gpuops.plan.model import (
     ADD,
     CHANGE,
     LIMITER,
     MIG,
     MPS,
+    PARTITION,
     PLAN_FORMAT,
     PLAN_VERSION,
     REMOVE,
@@ -25,6 +27,7 @@ from gpuops.plan.model import (
     MpsPayload,
     MpsTenantPayload,
     NodePlan,
+    PartitionPayload,
     Plan,
     PlanError,
     Proc,
@@ -109,6 +112,27 @@ def _mig(data: dict[str, Any], where: str) -> MigPayload | None:
     return MigPayload(layout, expect, tuple(pids))
 
 
+def _partition(data: dict[str, Any], where: str) -> PartitionPayload | None:
+    part = data.get("partition")
+    if part is None:
+        return None
+    where = f"{where}.partition"
+    if not isinstance(part, dict):
+        raise PlanError(f"{where}: expected an object")
+    compute = _nullable(
+        part, "compute", lambda v: v in COMPUTE_MODE_NAMES, "a compute mode (SPX, CPX, ...)", where
+    )
+    memory = _nullable(
+        part, "memory", lambda v: v in MEMORY_MODE_NAMES, "a memory mode (NPS1, NPS4, ...)", where
+    )
+    if compute is None and memory is None:
+        raise PlanError(f"{where}: names neither a compute nor a memory mode")
+    pids = part.get("known_pids", [])
+    if not isinstance(pids, list) or not all(_is_int(p) for p in pids):
+        raise PlanError(f"{where}.known_pids: expected a list of process ids")
+    return PartitionPayload(compute, memory, _req(part, "expect", str, where), tuple(pids))
+
+
 def _mps_tenant(data: Any, where: str) -> MpsTenantPayload:
     name = _req(data, "name", str, where)
     users = _req(data, "users", list, where)
@@ -177,7 +201,7 @@ def _limiter(data: dict[str, Any], where: str) -> tuple[Terms, ...] | None:
 def _action(data: Any, where: str) -> Action:
     marker = _req(data, "marker", str, where)
     kind = _req(data, "kind", str, where)
-    if marker not in (ADD, CHANGE, REMOVE) or kind not in (MIG, MPS, LIMITER):
+    if marker not in (ADD, CHANGE, REMOVE) or kind not in (MIG, MPS, LIMITER, PARTITION):
         raise PlanError(f"{where}: unknown action {kind!r} {marker!r}")
     procs = []
     for i, p in enumerate(_req(data, "processes", list, where)):
@@ -205,6 +229,7 @@ def _gpu(data: Any, where: str) -> GpuPlan:
         mig=_mig(data, where),
         mps=_mps(data, where),
         limiter=_limiter(data, where),
+        partition=_partition(data, where),
     )
 
 

@@ -15,7 +15,7 @@ from gpuops.core.mig.layout import MigLayout
 PLAN_FORMAT = "gpuops-plan"
 PLAN_VERSION = 2  # 2: the document carries a digest of itself (plan/saved.py)
 
-MIG, MPS, LIMITER = "mig", "mps", "limiter"
+MIG, MPS, LIMITER, PARTITION = "mig", "mps", "limiter", "partition"
 ADD, CHANGE, REMOVE = "+", "~", "-"
 
 
@@ -44,7 +44,7 @@ class Action:
     """One line of the plan: `marker` + `text`; `disruptive` when running work is affected or a
     daemon restarts (MIG mode change, destroyed instances, MPS daemon restart or stop)."""
 
-    kind: str  # mig | mps | limiter
+    kind: str  # mig | mps | limiter | partition
     marker: str  # + ~ -
     text: str
     disruptive: bool = False
@@ -80,6 +80,24 @@ class MigPayload:
 
     def to_json(self) -> dict[str, Any]:
         return {"layout": self.layout.to_json(), "expect": self.expect, "known_pids": list(self.known_pids)}
+
+
+@dataclass(frozen=True)
+class PartitionPayload:
+    """A GPU's partition mode change (one change of a partition_apply request); None: keep."""
+
+    compute: str | None
+    memory: str | None
+    expect: str  # the GPU's modes when the plan was made ("SPX/NPS1"): the node refuses otherwise
+    known_pids: tuple[int, ...] = ()  # the processes the plan stops; the node stops no other
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "compute": self.compute,
+            "memory": self.memory,
+            "expect": self.expect,
+            "known_pids": list(self.known_pids),
+        }
 
 
 @dataclass(frozen=True)
@@ -138,6 +156,7 @@ class GpuPlan:
     mig: MigPayload | None = None
     mps: MpsPayload | None = None
     limiter: tuple[Terms, ...] | None = None  # the tenant lines wanted on this GPU
+    partition: PartitionPayload | None = None
 
     @property
     def changes(self) -> bool:
@@ -146,7 +165,12 @@ class GpuPlan:
     @property
     def has_payload(self) -> bool:
         """Whether apply would send anything for this GPU (the actions are only its description)."""
-        return self.mig is not None or self.mps is not None or self.limiter is not None
+        return (
+            self.mig is not None
+            or self.mps is not None
+            or self.limiter is not None
+            or self.partition is not None
+        )
 
     def kinds(self) -> set[str]:
         return {a.kind for a in self.actions}
@@ -163,6 +187,8 @@ class GpuPlan:
             "mig": self.mig.to_json() if self.mig is not None else None,
             "mps": self.mps.to_json() if self.mps is not None else None,
             "limiter": terms_json(self.limiter) if self.limiter is not None else None,
+            # Only on GPUs it changes: plans of NVIDIA GPUs stay as they were, key for key.
+            **({"partition": self.partition.to_json()} if self.partition is not None else {}),
         }
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuops.core.mig.catalog import MODELS, find_model, normalize_model_name
+from gpuops.core.partition_catalog import PARTITION_MODELS, find_partition_model
 from gpuops.spec.carve_entry import (
     ALL_TENANTS,
     KINDS,
@@ -103,7 +104,11 @@ def check_carve(fleet: Fleet, ctx: CheckReport) -> None:
 def _check_entry(fleet: Fleet, ctx: CheckReport, i: int, entry: CarveEntry) -> None:
     here: DataPath = ("carve", i)
     if all(getattr(entry, kind) is None and not ctx.written((*here, kind)) for kind in KINDS):
-        ctx.report(here, "an entry needs mig:, mps: or limiter:", "say what the selected GPUs should have")
+        ctx.report(
+            here,
+            "an entry needs mig:, mps:, limiter: or partition:",
+            "say what the selected GPUs should have",
+        )
     selected = _check_select(fleet, ctx, i, entry.select)
     if entry.mig is not None:
         _check_mig(ctx, i, entry, selected)
@@ -111,6 +116,8 @@ def _check_entry(fleet: Fleet, ctx: CheckReport, i: int, entry: CarveEntry) -> N
         _check_mps(fleet, ctx, i, entry.mps)
     if entry.limiter is not None:
         _check_limiter(fleet, ctx, i, entry.limiter)
+    if entry.partition is not None:
+        _check_partition(ctx, i, entry, selected)
 
 
 def _check_select(fleet: Fleet, ctx: CheckReport, i: int, select: Select) -> list[NodeEntry]:
@@ -164,6 +171,45 @@ def _mig_candidates(entry: CarveEntry, nodes: Sequence[NodeEntry]) -> tuple[dict
         else:
             models.setdefault(found.key, f"{node.name} is an {found.key} by its label {key}")
     return models, unknown or not nodes
+
+
+def _check_partition(ctx: CheckReport, i: int, entry: CarveEntry, nodes: Sequence[NodeEntry]) -> None:
+    """Partition modes against the models the entry selects (by model, else by the nodes' model
+    labels); where it names none, against every model with partition modes."""
+    spec = entry.partition
+    assert spec is not None
+    base: DataPath = ("carve", i, "partition")
+    if spec.compute is None and spec.memory is None:
+        if ctx.written((*base, "compute")) or ctx.written((*base, "memory")):
+            return  # a bad mode, reported where it is written
+        ctx.report(base, "partition: names neither compute nor memory", "e.g. {compute: CPX, memory: NPS4}")
+        return
+    gpus = entry.select.gpus
+    names = list(gpus.model) if gpus is not None and gpus.model is not None else []
+    if not names:
+        names = [m for node in nodes if (m := node_model(node)[0]) is not None]
+    models = {found.key: found for n in names if (found := find_partition_model(n)) is not None}
+    if gpus is not None and gpus.model is not None and not models:
+        ctx.report(
+            ("carve", i, "select", "gpus", "model"),
+            f"partition modes on {', '.join(gpus.model)}, which has none",
+            "partition modes are AMD Instinct MI300-class GPUs' (" + ", ".join(PARTITION_MODELS) + ")",
+        )
+        return
+    candidates = list(models.values()) or list(PARTITION_MODELS.values())
+    for key, mode in (("compute", spec.compute), ("memory", spec.memory)):
+        if mode is None:
+            continue
+        takes = [m for m in candidates if mode in (m.compute if key == "compute" else m.memory)]
+        if models and len(takes) < len(candidates):
+            lacking = next(m for m in candidates if m not in takes)
+            ctx.report((*base, key), f"{lacking.key} has no {key} partition mode {mode}", lacking.describe())
+        elif not takes:
+            ctx.report(
+                (*base, key),
+                f"no GPU has the {key} partition mode {mode}",
+                "; ".join(m.describe() for m in candidates),
+            )
 
 
 def _given(spec: object, key: str, ctx: CheckReport, path: DataPath) -> bool:

@@ -6,16 +6,18 @@ daemon settings and limiter tenant table each should have.
         mig: {enabled: true, profiles: {"1g.10gb": 2, "3g.40gb": 1}}
       - select: {nodes: gpu-b-01, gpus: 0}
         mps: {enabled: true, active_thread_percentage: 50, pinned_memory_limit: 20GiB}
+      - select: {nodes: "gpu-d-*", gpus: {model: MI300X}}
+        partition: {compute: CPX, memory: NPS4}
       - select: {nodes: "gpu-c-*"}
         limiter:
           policy: fixed-share
           tenants: {vision: {memory: 20GiB, compute: 30%}, nlp: {compute: 70%, class: offline}}
 
 This module holds the YAML shapes: the field types and the pydantic models (`CarveEntry`,
-`MigSpec`, `MpsSpec`, `LimiterSpec`; each value on its own). What they resolve to per GPU is in
-`desired.py` (`DesiredMig`, ...); the rules that need several values, the teams, the nodes or the
-MIG catalog are in `carve_checks.py` (load time, run by `checks.py`), `rules.py` (one GPU's
-combination of kinds) and `desired_gpu.py` (plan time, `Fleet.desired_for`). See
+`MigSpec`, `MpsSpec`, `LimiterSpec`, `PartitionSpec`; each value on its own). What they resolve
+to per GPU is in `desired.py` (`DesiredMig`, ...); the rules that need several values, the
+teams, the nodes or the MIG catalog are in `carve_checks.py` (load time, run by `checks.py`),
+`rules.py` (one GPU's combination of kinds) and `desired_gpu.py` (plan time, `Fleet.desired_for`). See
 docs/fleet-yaml.md.
 """
 
@@ -37,6 +39,7 @@ from pydantic import (
 )
 
 from gpuops.core.mig.catalog import MODELS, find_model, normalize_model_name
+from gpuops.core.partition_catalog import COMPUTE_MODE_NAMES, MEMORY_MODE_NAMES, find_partition_model
 from gpuops.core.units import UnitError, parse_bytes, parse_percent
 from gpuops.spec.base import SpecModel
 from gpuops.spec.errors import FieldProblem, show
@@ -275,6 +278,9 @@ def check_gpu_model(value: Any) -> str:
     found = find_model(text)
     if found is not None:
         return found.key
+    amd = find_partition_model(text)
+    if amd is not None:
+        return amd.key
     if not MODEL_TEXT_RE.match(text) or not normalize_model_name(text):
         raise FieldProblem(f"not a GPU model name (got {show(text)})", "e.g. H100-80GB, A100-80GB, L40S")
     short = normalize_model_name(text)
@@ -376,6 +382,33 @@ TenantKey = Annotated[
 Directory = Annotated[str, BeforeValidator(check_directory), WithJsonSchema({"type": "string"})]
 PolicyField = Annotated[Policy, BeforeValidator(_choice_checker(POLICIES))]
 ClassField = Annotated[TenantClass, BeforeValidator(_choice_checker(CLASSES))]
+
+
+def _mode_checker(names: tuple[str, ...], what: str, example: str) -> Any:
+    def check(value: Any) -> str:
+        text = _string(value, f"a {what} partition mode such as {example}")
+        if text in names:
+            return text
+        if text.upper() in names:
+            raise FieldProblem(f"write the mode in capitals: {text.upper()} (got {show(text)})")
+        raise FieldProblem(
+            f"not a {what} partition mode (got {show(text)})",
+            closest(text.upper(), list(names)) or "one of " + ", ".join(names),
+        )
+
+    return check
+
+
+ComputeMode = Annotated[
+    str,
+    BeforeValidator(_mode_checker(COMPUTE_MODE_NAMES, "compute", "CPX")),
+    WithJsonSchema({"type": "string", "enum": list(COMPUTE_MODE_NAMES)}),
+]
+MemoryMode = Annotated[
+    str,
+    BeforeValidator(_mode_checker(MEMORY_MODE_NAMES, "memory", "NPS4")),
+    WithJsonSchema({"type": "string", "enum": list(MEMORY_MODE_NAMES)}),
+]
 
 
 # ---- models -------------------------------------------------------------------------------------
@@ -551,21 +584,34 @@ class LimiterSpec(SpecModel):
     """Teams (or * for every tenant without an entry) and their memory cap, share and class."""
 
 
+class PartitionSpec(SpecModel):
+    """Partition modes of GPUs split by modes (AMD Instinct MI300 class): the compute partition
+    (logical GPUs) and the memory partition (NUMA memory pools). Either may be left out: kept."""
+
+    compute: ComputeMode | None = None
+    """SPX (one logical GPU), DPX (2), TPX (3, MI300A), QPX (4) or CPX (8 on MI300X, 6 on MI300A)."""
+    memory: MemoryMode | None = None
+    """NPS1 (one memory pool) or NPS4 (four; MI300X)."""
+
+
 class CarveEntry(SpecModel):
-    """Desired state of a GPU selection. Entries apply in order: for each of mig, mps and limiter,
-    a later entry overrides an earlier one on the GPUs both select."""
+    """Desired state of a GPU selection. Entries apply in order: for each of mig, mps, limiter and
+    partition, a later entry overrides an earlier one on the GPUs both select."""
 
     select: Select
     """The GPUs: {nodes: "gpu-a-*,zone=a", gpus: "0-3"}."""
     mig: MigSpec | None = None
     mps: MpsSpec | None = None
     limiter: LimiterSpec | None = None
+    partition: PartitionSpec | None = None
+    """AMD partition modes: {compute: CPX, memory: NPS4}. GPUs without modes are skipped when
+    selected by node or model; naming one by index or UUID is an error."""
     pool: PoolName | None = None
     """Set by `gpuops rebalance` on the entries that carve a pool's GPUs: it rewrites them when it
     plans that pool again (docs/pools.md). Otherwise an entry like any other."""
 
 
-KINDS = ("mig", "mps", "limiter")
+KINDS = ("mig", "mps", "limiter", "partition")
 
 __all__ = [
     "ALL_TENANTS",
@@ -582,6 +628,7 @@ __all__ = [
     "MigSpec",
     "MpsSpec",
     "MpsTenantSpec",
+    "PartitionSpec",
     "Select",
     "format_exact_bytes",
     "parse_placement",

@@ -18,6 +18,7 @@ from gpuops.spec.carve_entry import (
     LimiterTenantSpec,
     MigSpec,
     MpsSpec,
+    PartitionSpec,
     parse_placement,
 )
 
@@ -182,14 +183,30 @@ def desired_limiter(spec: LimiterSpec, entry: int = 0, location: str = "") -> De
     )
 
 
+@dataclass(frozen=True)
+class DesiredPartition:
+    """The partition modes wanted on a GPU (None: keep that one as it is)."""
+
+    compute: str | None
+    memory: str | None
+    entry: int
+    location: str
+
+
+def desired_partition(spec: PartitionSpec, entry: int = 0, location: str = "") -> DesiredPartition:
+    return DesiredPartition(spec.compute, spec.memory, entry, location or f"carve[{entry}]")
+
+
 __all__ = [
     "DesiredLimiter",
     "DesiredMig",
     "DesiredMps",
     "DesiredMpsTenant",
+    "DesiredPartition",
     "DesiredTenant",
     "desired_limiter",
     "desired_mig",
     "desired_mps",
+    "desired_partition",
     "effective_policy",
 ]

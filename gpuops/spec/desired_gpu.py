@@ -14,9 +14,11 @@ from gpuops.spec.desired import (
     DesiredLimiter,
     DesiredMig,
     DesiredMps,
+    DesiredPartition,
     desired_limiter,
     desired_mig,
     desired_mps,
+    desired_partition,
 )
 from gpuops.spec.errors import DataPath, SpecIssue, format_path
 from gpuops.spec.mig_solve import SolvedLayout, mig_check_args, solve_layout
@@ -47,6 +49,7 @@ class DesiredGpu:
     limiter: DesiredLimiter | None = None
     solved_layout: SolvedLayout | None = None
     problems: tuple[SpecIssue, ...] = ()
+    partition: DesiredPartition | None = None
 
     @property
     def ok(self) -> bool:
@@ -54,7 +57,7 @@ class DesiredGpu:
 
     @property
     def empty(self) -> bool:
-        return self.mig is None and self.mps is None and self.limiter is None
+        return self.mig is None and self.mps is None and self.limiter is None and self.partition is None
 
     def mps_per_instance(self, live_mig_mode: bool | None = None) -> bool | None:
         """Whether MPS daemons go per MIG instance: MIG on after the change. None: unknown."""
@@ -111,7 +114,21 @@ def desired_for(
                     f"MIG on a GPU without MIG ({model}, not in gpuops' MIG catalog)",
                     "select MIG-capable GPUs only; by node or model, GPUs without MIG are skipped",
                 )
+    # partition: the same for a GPU without partition modes
+    if gpu.partition_capable is False:
+        for i, entry in enumerate(entries):
+            if (
+                entry.partition is not None
+                and names_gpus(entry.select.gpus)
+                and match_entry(entry, i, sel, gpu) == YES
+            ):
+                emit(
+                    ("carve", i, "select", "gpus"),
+                    f"partition modes on a GPU without them ({model})",
+                    "partition modes are AMD Instinct MI300-class GPUs'; select those by node or model",
+                )
     mig = mps = limiter = None
+    partition: DesiredPartition | None = None
     solved: SolvedLayout | None = None
     w = winners["mig"].entry
     if w is not None and (spec := entries[w].mig) is not None:
@@ -129,8 +146,23 @@ def desired_for(
     w = winners["limiter"].entry
     if w is not None and (lim_spec := entries[w].limiter) is not None:
         limiter = desired_limiter(lim_spec, w, where(w))
+    w = winners["partition"].entry
+    if w is not None and (part_spec := entries[w].partition) is not None:
+        partition = desired_partition(part_spec, w, where(w))
+        found_modes = gpu.partition_model
+        if found_modes is not None:
+            for key, mode, accepted in (
+                ("compute", part_spec.compute, tuple(found_modes.compute)),
+                ("memory", part_spec.memory, found_modes.memory),
+            ):
+                if mode is not None and mode not in accepted:
+                    emit(
+                        ("carve", w, "partition", key),
+                        f"{found_modes.key} has no {key} partition mode {mode}",
+                        found_modes.describe(),
+                    )
     unique = tuple(sorted(set(issues), key=SpecIssue.sort_key))
-    return DesiredGpu(node.name, gpu_index, gpu_uuid, model, mig, mps, limiter, solved, unique)
+    return DesiredGpu(node.name, gpu_index, gpu_uuid, model, mig, mps, limiter, solved, unique, partition)
 
 
 def entry_location(doc: Document, i: int) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuops.core.mig.catalog import MigModel, find_model, normalize_model_name
+from gpuops.core.partition_catalog import PartitionModel, find_partition_model
 from gpuops.spec.carve_entry import KINDS, MIB, CarveEntry, GpuSelect
 from gpuops.spec.selectors import Selector, parse_gpu_indices, parse_selector
 
@@ -54,6 +55,17 @@ class GpuView:
         return False if self.live and self.model is not None else None
 
     @property
+    def partition_model(self) -> PartitionModel | None:
+        return find_partition_model(self.model) if self.model else None
+
+    @property
+    def partition_capable(self) -> bool | None:
+        """Whether the GPU has partition modes: known from its model, or unknown (None)."""
+        if self.partition_model is not None:
+            return True
+        return False if self.model is not None and (self.live or self.mig_model is not None) else None
+
+    @property
     def mig_doubtful(self) -> bool:
         """Load time: the node's label names a model outside the MIG catalog (a GPU without MIG,
         or one gpuops does not know): whether an entry by node or model applies is left to plan."""
@@ -79,6 +91,9 @@ def same_model(a: str, b: str) -> bool:
     ma, mb = find_model(a), find_model(b)
     if ma is not None or mb is not None:
         return ma is mb
+    pa, pb = find_partition_model(a), find_partition_model(b)
+    if pa is not None or pb is not None:
+        return pa is pb
     return normalize_model_name(a) == normalize_model_name(b)
 
 
@@ -164,6 +179,12 @@ def _match_kind(entry: CarveEntry, i: int, sel: CarveSelectors, gpu: GpuView, ki
         if gpu.mig_capable is False:
             return NO
         if gpu.mig_doubtful and not names_gpus(entry.select.gpus):
+            return MAYBE
+    # partition: the same for GPUs without partition modes (every NVIDIA GPU).
+    if kind == "partition" and m != NO:
+        if gpu.partition_capable is False:
+            return NO
+        if gpu.partition_capable is None and not names_gpus(entry.select.gpus):
             return MAYBE
     return m
 

@@ -18,10 +18,12 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping
 
 HERE = Path(__file__).resolve().parent
+PLUGIN = HERE.parents[1] / "plugins" / "gpuops-backend-amd"
 SOURCE = HERE / "fake_amdsmi" / "fake_amdsmi.c"
 BUILD_DIR = Path(os.environ.get("FAKE_NVML_BUILD_DIR", str(HERE / "build")))
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-fvisibility=hidden", "-shared"]
@@ -86,6 +88,39 @@ def gpu(index: int = 0, **overrides: Any) -> Dict[str, Any]:
     )
     dev.update(overrides)
     return dev
+
+
+def install_plugin(work: Path) -> Path:
+    """plugins/gpuops-backend-amd installed by pip into `work`/site, as an operator would (its
+    entry point in a dist-info); returns the directory to put on PYTHONPATH."""
+    source = work / "src"
+    shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    target = work / "site"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError("pip could not install the AMD plugin:\n" + done.stdout + done.stderr)
+    entry_points = "".join(
+        p.read_text() for p in target.glob("gpuops_backend_amd-*.dist-info/entry_points.txt")
+    )
+    if "amd = gpuops_backend_amd:AmdSmiBackend" not in entry_points:
+        raise RuntimeError("the installed AMD plugin has no gpuops.backends entry point")
+    return target
 
 
 def binding_symbols() -> List[str]:
@@ -156,8 +191,11 @@ def environment(node: Mapping[str, Any], directory: Path) -> Dict[str, str]:
     """The environment a process needs to run the real amdsmi over the fake, for `node`."""
     config = directory / "fake_amdsmi.conf"
     config.write_text("\n".join(config_lines(node)) + "\n")
+    state = directory / "fake_amdsmi.state"  # the modes set since: a new node starts with none
+    state.unlink(missing_ok=True)
     env = dict(os.environ)
     env["ROCM_PATH"] = str(build_library())
     env.pop("ROCM_HOME", None)  # the binding prefers it to ROCM_PATH
     env["FAKE_AMDSMI_CONFIG"] = str(config)
+    env["FAKE_AMDSMI_STATE"] = str(state)
     return env

@@ -29,31 +29,7 @@ if shutil.which("gcc") is None:  # pragma: no cover
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The plugin installed by pip, as an operator would (its entry point in a dist-info)."""
-    work = tmp_path_factory.mktemp("amd-plugin")
-    source = work / "src"
-    shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    target = work / "site"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--target",
-            str(target),
-            str(source),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "amd = gpuops_backend_amd:AmdSmiBackend" in "".join(
-        p.read_text() for p in target.glob("gpuops_backend_amd-*.dist-info/entry_points.txt")
-    )
-    return target
+    return fake.install_plugin(tmp_path_factory.mktemp("amd-plugin"))
 
 
 def _env(node: dict[str, Any], tmp_path: Path, site: Path) -> dict[str, str]:

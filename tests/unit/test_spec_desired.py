@@ -548,7 +548,7 @@ CASES: list[tuple[str, str, str | list[str]]] = [
         """\
         - select: {nodes: gpu-a-01}
         """,
-        "f.yaml:9:5: carve[0]: an entry needs mig:, mps: or limiter:; say what the selected GPUs should have",
+        "f.yaml:9:5: carve[0]: an entry needs mig:, mps:, limiter: or partition:; say what the selected GPUs should have",
     ),
     (
         "an entry without select",

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from gpuops.core.model import ComputeInstance, GpuInstance, Node, NodeSample
+from gpuops.core.model import ComputeInstance, GpuInstance, Node, NodeSample, PartitionState
 from gpuops.node.mps import MpsControl, pid_alive
 
 try:
@@ -137,6 +137,14 @@ class Backend(abc.ABC):
 
     def destroy_compute_instance(self, gpu: int, gpu_instance_id: int, compute_instance_id: int) -> None:
         raise BackendError("NOT_SUPPORTED", "this backend cannot destroy compute instances")
+
+    # Mode partitions (AMD Instinct): an optional capability, like MIG control.
+    def set_partition(
+        self, gpu: int, compute_mode: Optional[str] = None, memory_mode: Optional[str] = None
+    ) -> PartitionState:
+        """Take GPU `gpu` to these partition modes (None: keep) as one change: the old modes or
+        the new ones afterwards, never a mix; returns the modes now. IN_USE while processes run."""
+        raise BackendError("NOT_SUPPORTED", "this backend cannot change partition modes")
 
     def stop_processes(self, gpu: int, pids: Sequence[int], grace: float = 10.0) -> List[int]:
         """End processes in the way of a forced change: SIGTERM, then SIGKILL after `grace`

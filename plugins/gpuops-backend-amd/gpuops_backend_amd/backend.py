@@ -25,30 +25,13 @@ from gpuops.core.model import (
     NotAvailable,
     PartitionState,
 )
+from gpuops.core.partition_catalog import by_device_id
 from gpuops.node.backends.base import Backend, BackendError, BackendUnavailable, unix_user_name
 
 T = TypeVar("T")
 
 AMD_VENDOR_ID = 0x1002
 MiB = 1 << 20
-
-# The partition modes each Instinct family accepts (AMD's MI300 partitioning guide), by PCI
-# device id; how many logical GPUs a compute mode makes on it. amdsmi reads the current modes but
-# not, in one call, the set a GPU accepts, so these are the catalog's, as MIG profiles are.
-_MI300X = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}
-_MI300A = {"SPX": 1, "TPX": 3, "CPX": 6}
-COMPUTE_MODES: Dict[int, Dict[str, int]] = {
-    0x74A1: _MI300X,  # MI300X
-    0x74A5: _MI300X,  # MI325X
-    0x74A0: _MI300A,  # MI300A
-    0x74A2: _MI300X,  # MI308X
-}
-MEMORY_MODES: Dict[int, Tuple[str, ...]] = {
-    0x74A1: ("NPS1", "NPS4"),
-    0x74A5: ("NPS1", "NPS4"),
-    0x74A0: ("NPS1",),
-    0x74A2: ("NPS1", "NPS4"),
-}
 
 # gfx target -> architecture, as gpuops names NVIDIA's ("ampere", "hopper").
 _ARCHITECTURES = {0x942: "cdna3", 0x941: "cdna3", 0x940: "cdna3", 0x90A: "cdna2", 0x908: "cdna"}
@@ -223,13 +206,16 @@ class AmdSmiBackend(Backend):
         memory = self._call(api.amdsmi_get_gpu_memory_partition, dev.handle)
         if compute.error == "NOT_SUPPORTED" and memory.error == "NOT_SUPPORTED":
             return None
-        modes = COMPUTE_MODES.get(dev.device_id, {})
+        # amdsmi reads the current modes but not, in one call, the set a GPU accepts: those come
+        # from gpuops' catalog by PCI device id, as MIG profiles do.
+        model = by_device_id(dev.device_id)
+        modes = model.compute if model is not None else {}
         compute_mode = "" if compute.error else str(compute.value)
         return PartitionState(
             compute_mode=compute_mode,
             memory_mode="" if memory.error else str(memory.value),
             compute_modes=tuple(modes),
-            memory_modes=MEMORY_MODES.get(dev.device_id, ()),
+            memory_modes=model.memory if model is not None else (),
             partitions=modes.get(compute_mode, 1),
         )
 

@@ -274,10 +274,34 @@ API uint32_t amdsmi_init(uint64_t flags) {
     while (fgets(line, sizeof line, f))
         if (parse_line(line, &init_status) != 0) bad = 1;
     fclose(f);
+    /* Partition modes outlive the process, as the driver's do: the last ones set are kept in
+     * $FAKE_AMDSMI_STATE (when given), in the same format, over the node file's. */
+    const char *state = getenv("FAKE_AMDSMI_STATE");
+    FILE *kept = state ? fopen(state, "r") : NULL;
+    if (kept) {
+        while (fgets(line, sizeof line, kept))
+            if (parse_line(line, &init_status) != 0) bad = 1;
+        fclose(kept);
+    }
     if (bad) return ST_INIT_ERROR;
     if (init_status) return init_status;
     initialised = 1;
     return ST_SUCCESS;
+}
+
+/* Write every GPU's partition modes to $FAKE_AMDSMI_STATE (a new file renamed over the old). */
+static void keep_modes(void) {
+    const char *state = getenv("FAKE_AMDSMI_STATE");
+    if (!state) return;
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", state) >= (int)sizeof tmp) return;
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    for (int i = 0; i < ngpus; i++)
+        if (gpus[i].present && gpus[i].compute_partition[0])
+            fprintf(f, "%d.compute_partition %s\n%d.memory_partition %s\n", i, gpus[i].compute_partition, i,
+                    gpus[i].memory_partition);
+    if (fclose(f) == 0) rename(tmp, state);
 }
 
 API uint32_t amdsmi_shut_down(void) {
@@ -464,6 +488,7 @@ API uint32_t amdsmi_set_gpu_compute_partition(void *handle, uint32_t type) {
     if (!in_list(g->compute_modes, names[type])) return ST_SETTING_UNAVAILABLE;
     if (g->nprocs) return ST_BUSY;
     copy(g->compute_partition, sizeof g->compute_partition, names[type]);
+    keep_modes();
     return ST_SUCCESS;
 }
 
@@ -475,6 +500,7 @@ API uint32_t amdsmi_set_gpu_memory_partition(void *handle, uint32_t type) {
     if (!in_list(g->memory_modes, name)) return ST_INVAL;
     if (g->nprocs) return ST_BUSY;
     copy(g->memory_partition, sizeof g->memory_partition, name);
+    keep_modes();
     return ST_SUCCESS;
 }
 
