@@ -105,13 +105,17 @@ def run_tui(
 ) -> None:
     """Run the TUI until the user quits; SIGTERM and SIGHUP quit it cleanly too. A source made from
     a fleet.yaml (fleet_source), or `fleet_file`, gives the Pool screen that file."""
-    from gpuops.tenancy.pool_change import PoolSource
     from gpuops.tui.app import GpuopsApp
     from gpuops.tui.feed import Feed, FleetFileSource
 
     if isinstance(source, FleetFileSource):
         fleet_file = source.fleet_file
-    pool = PoolSource(fleet_file) if fleet_file is not None else None
+    pool = None
+    if fleet_file is not None:
+        # The Pool screen's source brings the planner (and the spec): only with a fleet.yaml.
+        from gpuops.tenancy.pool_change import PoolSource
+
+        pool = PoolSource(fleet_file)
     app = GpuopsApp(Feed(source, ownership), readonly=readonly, handle_signals=True, tune_gc=True, pool=pool)
     _run_on_fleet_loop(app)
     if app.return_code:

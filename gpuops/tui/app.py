@@ -20,6 +20,7 @@ from textual.app import App
 from textual.binding import BindingType
 from textual.screen import Screen
 
+from gpuops.tui.changes import POOL_CHANGES
 from gpuops.tui.feed import Feed, FleetState
 from gpuops.tui.keys import GLOBAL_KEYS, bindings
 from gpuops.tui.screens.base import ViewScreen
@@ -29,8 +30,6 @@ from gpuops.tui.screens.events import EventsScreen
 from gpuops.tui.screens.fleet import FleetScreen
 from gpuops.tui.screens.help import HelpScreen
 from gpuops.tui.screens.nodes import NodesScreen
-from gpuops.tui.screens.pool import CHANGES as POOL_CHANGES
-from gpuops.tui.screens.pool import PoolScreen
 from gpuops.tui.screens.tenants import TenantsScreen
 from gpuops.views.filter import FilterError, parse_filter
 
@@ -87,6 +86,14 @@ def _tune_gc() -> None:
 DESTRUCTIVE_ACTIONS: frozenset[str] = frozenset(POOL_CHANGES)
 
 
+def _pool_screen() -> Screen[None]:
+    """The Pool screen, imported when first opened: it needs the spec (pydantic, ruamel) and the
+    planner, which the other screens do not."""
+    from gpuops.tui.screens.pool import PoolScreen
+
+    return PoolScreen()
+
+
 class GpuopsApp(App[None]):
     CSS = """
     #bottom-bars { dock: bottom; height: auto; }
@@ -105,7 +112,7 @@ class GpuopsApp(App[None]):
         "nodes": NodesScreen,
         "tenants": TenantsScreen,
         "events": EventsScreen,
-        "pool": PoolScreen,
+        "pool": _pool_screen,
     }
     ENABLE_COMMAND_PALETTE = False
     TITLE = "gpuops"

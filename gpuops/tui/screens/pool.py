@@ -41,6 +41,7 @@ from gpuops.tenancy.pool_change import (
 )
 from gpuops.tenancy.rebalance import GpuKey, GpuRef
 from gpuops.tui import render
+from gpuops.tui.changes import APPLY, MOVE_BACK, MOVE_IN, POOL_CHANGES
 from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
@@ -85,8 +86,7 @@ MAX_MISSING = 3
 ALL_TEAMS = "(all teams)"  # the key of the totals row (no team name has parentheses)
 
 # Actions that change the fleet (app.DESTRUCTIVE_ACTIONS lists them: --readonly refuses them).
-MOVE_IN, MOVE_BACK, APPLY = "move_into_pool", "move_back_to_silo", "apply_pool_change"
-CHANGES = frozenset({MOVE_IN, MOVE_BACK, APPLY})
+CHANGES = POOL_CHANGES
 
 
 def _gpus(value: float) -> str:
