@@ -1,4 +1,4 @@
-"""The gpuops TUI application: five views (Textual modes) over one data feed, k9s keys.
+"""The gpuops TUI application: six views (Textual modes) over one data feed, k9s keys.
 
 The feed runs as a worker on Textual's event loop and hands each new FleetState to the screen in
 front only; a screen brought back to the front draws the latest state once. Screens never
@@ -30,6 +30,7 @@ from gpuops.tui.screens.events import EventsScreen
 from gpuops.tui.screens.fleet import FleetScreen
 from gpuops.tui.screens.help import HelpScreen
 from gpuops.tui.screens.nodes import NodesScreen
+from gpuops.tui.screens.processes import ProcessesScreen
 from gpuops.tui.screens.tenants import TenantsScreen
 from gpuops.views.filter import FilterError, parse_filter
 
@@ -53,6 +54,10 @@ VIEW_ALIASES = {
     "ev": "events",
     "pool": "pool",
     "pools": "pool",
+    "processes": "processes",
+    "process": "processes",
+    "procs": "processes",
+    "ps": "processes",
 }
 QUIT = {"q", "quit", "q!", "exit"}
 NOT_YET: dict[str, str] = {}  # commands of views still to come: name -> what to say
@@ -113,6 +118,7 @@ class GpuopsApp(App[None]):
         "tenants": TenantsScreen,
         "events": EventsScreen,
         "pool": _pool_screen,
+        "processes": ProcessesScreen,
     }
     ENABLE_COMMAND_PALETTE = False
     TITLE = "gpuops"
@@ -239,12 +245,22 @@ class GpuopsApp(App[None]):
             return None
         view = VIEW_ALIASES.get(name)
         if view is None:
-            return f"unknown command {name!r}: try gpus, nodes, tenants, events, pool or q"
+            return f"unknown command {name!r}: try gpus, nodes, tenants, processes, events, pool or q"
         self._close_prompt()
         while len(self.screen_stack) > 1 and not isinstance(self.screen, HelpScreen):
             self.pop_screen()
         self.go(view, arg)
+        if isinstance(self.screen, ProcessesScreen):
+            self.screen.scope(None)  # the command shows every team's; Enter on :tenants scopes
         return None
+
+    def team_processes(self, team: str) -> None:
+        """The drill-down from a `:tenants` row: that team's processes across the fleet."""
+        self.go("processes")
+        screen = self.screen
+        if isinstance(screen, ProcessesScreen):
+            screen.set_filter(None)
+            screen.scope(team)
 
     def _close_prompt(self) -> None:
         view = self.front_view()
@@ -263,7 +279,7 @@ class GpuopsApp(App[None]):
         if view is None or isinstance(self.screen, HelpScreen):
             return
         name = view.title_text
-        self.push_screen(HelpScreen(name, view.help_keys(), self.readonly))
+        self.push_screen(HelpScreen(name, view.help_keys(), self.readonly, view.COLUMN_HELP))
 
     # ':' and '/' are priority keys, so that what is typed right after them (a fast typist, a
     # terminal delivering several keys at once) lands in the bar; inside the bar they are text.

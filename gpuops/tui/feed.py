@@ -47,6 +47,7 @@ from gpuops.tenancy.attribution import UNATTRIBUTED, default_chain
 from gpuops.tenancy.ownership import UNOWNED, Ownership
 from gpuops.views.events import HealthLog
 from gpuops.views.nodes import NodeRow, RowCache
+from gpuops.views.processes import FirstSeen, FleetProcess, fleet_processes
 from gpuops.views.status import FleetStatus, fleet_status
 from gpuops.views.tenant_history import TenantHistory
 from gpuops.views.tenants import TenantRow, tenant_rows
@@ -229,10 +230,16 @@ class FleetState:
     # GPU health events (XID, ECC, clocks) the agents reported this session, (node, event), oldest
     # first (views.events.HealthLog).
     health: tuple[tuple[str, HealthEvent], ...] = ()
+    _processes: Callable[[], tuple[FleetProcess, ...]] = field(repr=False, compare=False, default=lambda: ())
 
     @cached_property
     def rows(self) -> tuple[NodeRow, ...]:
         return self._rows()
+
+    @cached_property
+    def processes(self) -> tuple[FleetProcess, ...]:
+        """Every GPU process of the fleet (`:processes`), made on first use."""
+        return self._processes()
 
     def node(self, name: str) -> NodeView | None:
         return next((v for v in self.snapshot.nodes if v.name == name), None)
@@ -327,6 +334,7 @@ class Feed:
         self.builds = 0
         self.warnings = AttributionWarnings()
         self.health = HealthLog()
+        self.first_seen = FirstSeen()
 
     def use_fleet(self, fleet: Fleet) -> None:
         """Owners, teams, pools and attribution from this fleet.yaml from the next build on (the
@@ -340,9 +348,10 @@ class Feed:
         self.history = self.history.record(now, tenants)
         self.warnings.update(now, snapshot, self.ownership, tenants)
         self.health.update(snapshot)
+        self.first_seen.update(snapshot, now)
         self.version += 1
         self.builds += 1
-        cache, ownership = self._cache, self.ownership
+        cache, ownership, first_seen = self._cache, self.ownership, self.first_seen
         state = FleetState(
             version=self.version,
             time=now,
@@ -356,6 +365,7 @@ class Feed:
             _rows=lambda: cache.rows(snapshot, ownership),
             warnings=self.warnings.events(),
             health=self.health.events(),
+            _processes=lambda: fleet_processes(snapshot, ownership, first_seen),
         )
         self.state = state
         return state

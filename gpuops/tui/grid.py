@@ -173,6 +173,7 @@ def layout_grid(groups: tuple[Group, ...], width: int, by: str) -> GridLayout:
 HEADER = Style(bgcolor="#1f2d3d", color="#e8e8e8", bold=True)
 HEADER_DIM = Style(bgcolor="#1f2d3d", color="#a8b8c8")
 HEADER_IDLE = Style(bgcolor="#1f2d3d", color="#ffd75f", bold=True)
+HEADER_HELD = Style(bgcolor="#1f2d3d", color="#ff875f", bold=True)
 LABEL = Style(color="#d0d0d0")
 LABEL_CURSOR = Style(color="#ffffff", bold=True, underline=True)
 OWNER = Style(color="#87afd7")
@@ -192,11 +193,11 @@ def _header_segments(group: Group, by: str) -> list[Segment]:
     if not t.gpus:
         parts.append(Segment(text + "no GPU known yet", HEADER_DIM))
         return parts
-    text += f"{render.count(t.gpus, 'GPU')} · {t.busy} busy · "
+    text += f"{render.count(t.gpus, 'GPU')} · {render.gpus(t.busy)} busy · "
     parts.append(Segment(text, HEADER_DIM))
-    parts.append(Segment(f"{t.idle} idle", HEADER_IDLE if t.idle else HEADER_DIM))
-    if t.slices_idle >= 0.05:
-        parts.append(Segment(f" (+{render.gpus(t.slices_idle)} in idle MIG slices)", HEADER_IDLE))
+    parts.append(Segment(f"{render.gpus(t.idle)} idle", HEADER_IDLE if t.idle >= 0.05 else HEADER_DIM))
+    if t.held >= 0.05:
+        parts.append(Segment(f" ({render.gpus(t.held)} held)", HEADER_HELD))
     tail = f" · util {render.percent(t.util)} · mem {render.share(t.memory_used, t.memory_total)}"
     if t.unknown:
         tail += f" · {t.unknown} without data"
@@ -214,14 +215,17 @@ def cell_segments(cell: Cell, live: bool, cursor: bool) -> list[Segment]:
         segs = [Segment(" MIG  ", render.FREE_STYLE)]
     elif cell.kind == SLICE:
         if cell.util is not None:
-            left = Segment(render.pct3(cell.util), render.util_style(cell.util))
+            left = Segment(
+                render.pct3(cell.util), render.HELD_STYLE if cell.held else render.util_style(cell.util)
+            )
         else:
             size = cell.profile.split(".", 1)[0][:3]
-            left = Segment(f"{size:>3}", render.SLICE_BUSY if cell.busy else render.SLICE_IDLE)
+            style = render.SLICE_BUSY if cell.busy else render.HELD_STYLE if cell.held else render.SLICE_IDLE
+            left = Segment(f"{size:>3}", style)
         segs = [left, Segment(render.pct3(cell.memory), render.mem_style(cell.memory))]
     else:
         segs = [
-            Segment(render.pct3(cell.util), render.util_style(cell.util)),
+            Segment(render.pct3(cell.util), render.HELD_STYLE if cell.held else render.util_style(cell.util)),
             Segment(render.pct3(cell.memory), render.mem_style(cell.memory)),
         ]
     if not live:

@@ -32,7 +32,7 @@ GLOBAL_KEYS: tuple[Key, ...] = (
     Key(
         "colon",
         ":",
-        "command bar: :gpus :nodes :tenants :events :pool :q (Tab completes)",
+        "command bar: :gpus :nodes :tenants :processes :events :pool :q (Tab completes)",
         "command",
         priority=True,
     ),

@@ -40,6 +40,10 @@ LOST_STYLE = Style(bgcolor="#a01010", color="#ffffff", bold=True)
 FREE_STYLE = Style(bgcolor="#1c1c1c", color="#808080", italic=True)
 SLICE_BUSY = Style(bgcolor="#4f9a35", color="#ffffff")
 SLICE_IDLE = Style(bgcolor="#3a3a3a", color="#b0b0b0")
+# Held idle: memory or processes on capacity doing no work (under 5%): it looks taken, so it
+# gets a colour no utilization has.
+HELD_STYLE = Style(bgcolor="#5f2f00", color="#ffaf5f", bold=True)
+HELD_TEXT = "bold #ff875f"
 
 STATE_COLOUR = {LIVE: "green", STALE: "yellow", UNREACHABLE: "red", CONNECTING: "grey50"}
 STATE_GLYPH = {LIVE: "●", STALE: "◐", UNREACHABLE: "✖", CONNECTING: "○"}

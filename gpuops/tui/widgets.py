@@ -18,8 +18,8 @@ from gpuops.views.nodes import NodeRow
 from gpuops.views.status import FleetStatus
 from gpuops.views.tenants import TenantRow
 
-VIEWS = ("gpus", "nodes", "tenants", "events", "pool")
-COMMANDS = ("gpus", "nodes", "tenants", "events", "pool", "help", "quit", "q")
+VIEWS = ("gpus", "nodes", "tenants", "processes", "events", "pool")
+COMMANDS = ("gpus", "nodes", "tenants", "processes", "events", "pool", "help", "quit", "q")
 
 
 class TopBar(Static):
@@ -245,8 +245,10 @@ class TeamHeader(Static):
         assert f is not None
         text = Text()
         text.append(f"{render.count(f.gpus, 'GPU')} on {render.count(f.nodes, 'node')}", style="bold")
-        text.append(f" · {f.busy} busy · ")
-        text.append(f"{f.idle} idle", style="bold #ffd75f" if f.idle else "")
+        text.append(f" · {render.gpus(f.busy)} busy · ")
+        text.append(f"{render.gpus(f.idle)} idle", style="bold #ffd75f" if f.idle >= 0.05 else "")
+        if f.held >= 0.05:
+            text.append(f" ({render.gpus(f.held)} held)", style=render.HELD_TEXT)
         if f.unknown:
             text.append(f" · {f.unknown} without data", style="red")
         text.append(f" · util {render.percent(f.util)} · mem {render.share(f.memory_used, f.memory_total)}")
@@ -258,7 +260,9 @@ class TeamHeader(Static):
         legend.append(" idle  ", style="dim")
         legend.append(" 3g", style=render.SLICE_BUSY)
         legend.append(" 79", style=render.mem_style(79))
-        legend.append(" MIG slice", style="dim")
+        legend.append(" MIG slice  ", style="dim")
+        legend.append("  0", style=render.HELD_STYLE)
+        legend.append(" held idle", style="dim")
         if text.cell_len + legend.cell_len <= width:
             text.append_text(legend)
         for line in self._chip_lines([self._chip(t) for t in self.teams if t.owned or t.used], width):
@@ -298,6 +302,8 @@ class TeamHeader(Static):
             chip.append(f" {render.gpus(busy)}/{t.silo} busy")
         if t.idle >= 0.05:
             chip.append(f" {render.gpus(t.idle)} idle", style="bold #ffd75f")
+            if t.held >= 0.05:
+                chip.append(f" ({render.gpus(t.held)} held)", style=render.HELD_TEXT)
         if t.pooled:
             chip.append(f" {t.pooled} in pools", style="dim")
         if t.borrowed >= 0.05:

@@ -9,7 +9,18 @@ from gpuops.core.history import instance_fraction
 from gpuops.core.model import Gpu
 from gpuops.fleet.collector import NodeView
 from gpuops.tenancy.ownership import Ownership
-from gpuops.views.common import as_float, as_int, gpu_busy, gpu_lost, mig_active, percent_of, short_model
+from gpuops.views.common import (
+    BUSY,
+    HELD,
+    as_float,
+    as_int,
+    capacity_state,
+    gpu_lost,
+    mig_active,
+    percent_of,
+    short_model,
+    whole_gpu_state,
+)
 
 # Cell kinds
 GPU, SLICE, FREE, LOST, EMPTY_MIG = "gpu", "slice", "free", "lost", "mig"
@@ -30,7 +41,8 @@ class Cell(NamedTuple):
     memory: float | None = None  # percent of the GPU's (or slice's) memory in use
     memory_used: int | None = None
     memory_total: int | None = None
-    busy: bool = False
+    busy: bool = False  # doing work (common.capacity_state)
+    held: bool = False  # idle but holding processes or memory: looks taken, delivers nothing
     fraction: float = 1.0  # GPU-equivalents
     processes: int = 0
     tenants: tuple[str, ...] = ()  # teams with processes on it
@@ -71,6 +83,9 @@ def gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> list[Cell]:
             sample = samples.get(gi.id)
             mem_used = as_int(sample.memory_used_bytes) if sample else None
             mem_total = (as_int(sample.memory_total_bytes) if sample else None) or gi.memory_total_bytes
+            util = as_float(sample.sm_utilization_percent) if sample else None
+            memory = percent_of(mem_used, mem_total)
+            state = capacity_state(util, len(procs), memory)
             cells.append(
                 Cell(
                     node,
@@ -80,11 +95,12 @@ def gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> list[Cell]:
                     model,
                     instance=gi.id,
                     profile=gi.profile_name,
-                    util=as_float(sample.sm_utilization_percent) if sample else None,
-                    memory=percent_of(mem_used, mem_total),
+                    util=util,
+                    memory=memory,
                     memory_used=mem_used,
                     memory_total=mem_total,
-                    busy=bool(procs),
+                    busy=state == BUSY,
+                    held=state == HELD,
                     fraction=fraction,
                     processes=len(procs),
                     tenants=tuple(sorted({t for _, t in procs})),
@@ -102,6 +118,7 @@ def gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> list[Cell]:
         return [Cell(node, index, GPU, owner, model, memory_total=as_int(gpu.info.memory_total_bytes))]
     used_bytes, total_bytes = as_int(s.memory_used_bytes), as_int(s.memory_total_bytes)
     gpu_procs = gpu.processes
+    state = whole_gpu_state(gpu)
     return [
         Cell(
             node,
@@ -113,7 +130,8 @@ def gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> list[Cell]:
             memory=percent_of(used_bytes, total_bytes),
             memory_used=used_bytes,
             memory_total=total_bytes,
-            busy=gpu_busy(gpu),
+            busy=state == BUSY,
+            held=state == HELD,
             processes=len(gpu_procs),
             tenants=tuple(sorted(set(tenant_of))) if gpu_procs else (),
             users=tuple(sorted({p.user for p in gpu_procs if p.user})) if gpu_procs else (),

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from gpuops.tenancy.ownership import UNOWNED
-from gpuops.views.cells import FREE, GPU, LOST, SLICE, Cell, weighted_util
+from gpuops.views.cells import GPU, LOST, SLICE, Cell, weighted_util
 from gpuops.views.common import percent_of
 from gpuops.views.filter import Filter
 from gpuops.views.nodes import NodeRow, filter_rows, sort_rows
@@ -18,10 +18,10 @@ BY_TEAM, BY_NODE = "team", "node"
 class Totals:
     nodes: int = 0
     gpus: int = 0  # whole GPUs
-    busy: int = 0
-    idle: int = 0
+    busy: float = 0.0  # GPU-equivalents doing work (common.capacity_state)
+    idle: float = 0.0  # GPU-equivalents with data not doing work, `held` included
+    held: float = 0.0  # of `idle`, what holds processes or memory at under 5% utilization
     unknown: int = 0  # GPUs without current data
-    slices_idle: float = 0.0  # GPU-equivalents of idle MIG slices (and free capacity) on busy GPUs
     util: float | None = None  # mean of reporting GPUs and MIG slices, each by its share of a GPU
     memory_used: int = 0
     memory_total: int = 0
@@ -33,14 +33,14 @@ class Totals:
 
 
 def totals(rows: Sequence[NodeRow]) -> Totals:
-    util_sum = util_weight = slices_idle = 0.0
-    gpus = busy = idle = unknown = used = total = procs = 0
+    util_sum = util_weight = busy = idle = held = 0.0
+    gpus = unknown = used = total = procs = 0
     for r in rows:
         gpus += r.gpus
         if r.has_data:
             busy += r.busy
             idle += r.idle
-            slices_idle += _idle_slices_on_busy_gpus(r.cells)
+            held += r.held
             for c in r.cells:
                 if c.util is not None:
                     util_sum += c.util * c.fraction
@@ -53,29 +53,15 @@ def totals(rows: Sequence[NodeRow]) -> Totals:
     return Totals(
         nodes=len(rows),
         gpus=gpus,
-        busy=busy,
-        idle=idle,
+        busy=round(busy, 6),
+        idle=round(idle, 6),
+        held=round(held, 6),
         unknown=unknown,
-        slices_idle=round(slices_idle, 6),
         util=util_sum / util_weight if util_weight > 0 else None,
         memory_used=used,
         memory_total=total,
         processes=procs,
     )
-
-
-def _idle_slices_on_busy_gpus(cells: Sequence[Cell]) -> float:
-    """A MIG GPU with one busy slice counts as busy; what its idle slices and free capacity are
-    worth still is (the team chips count it idle, in GPU-equivalents)."""
-    idle: dict[int, float] = {}
-    busy: set[int] = set()
-    for c in cells:
-        if c.kind in (SLICE, FREE):
-            if c.busy:
-                busy.add(c.gpu)
-            else:
-                idle[c.gpu] = idle.get(c.gpu, 0.0) + c.fraction
-    return sum(v for gpu, v in idle.items() if gpu in busy)
 
 
 @dataclass(frozen=True)
@@ -90,12 +76,14 @@ class Group:
 def _subset(row: NodeRow, cells: tuple[Cell, ...]) -> NodeRow:
     """A node row with only some of its GPUs (a node whose GPUs belong to several teams)."""
     gpus = len({c.gpu for c in cells})
-    busy = len({c.gpu for c in cells if c.busy})
+    busy = round(sum(c.fraction for c in cells if c.busy), 6)
+    held = round(sum(c.fraction for c in cells if c.held), 6)
     return replace(
         row,
         cells=cells,
         gpus=gpus,
-        busy=busy if row.has_data else 0,
+        busy=busy if row.has_data else 0.0,
+        held=held if row.has_data else 0.0,
         util=weighted_util(cells),
         memory_used=sum(c.memory_used or 0 for c in cells if c.kind != SLICE),
         memory_total=sum(c.memory_total or 0 for c in cells if c.kind in (GPU, LOST)),

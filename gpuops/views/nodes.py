@@ -29,16 +29,17 @@ class NodeRow:
     models: str  # "8x A100-80GB"
     cells: tuple[Cell, ...]
     gpus: int
-    busy: int
+    busy: float  # GPU-equivalents doing work (common.capacity_state): MIG slices by their share
     util: float | None  # mean over GPUs and MIG slices that report it (cells.weighted_util)
     memory_used: int
     memory_total: int
     processes: int
     search: str = field(repr=False, default="")  # what a filter matches: name, owner, models, ...
+    held: float = 0.0  # of the idle GPU-equivalents, those holding processes or memory
 
     @property
-    def idle(self) -> int:
-        return self.gpus - self.busy if self.has_data else 0
+    def idle(self) -> float:
+        return round(self.gpus - self.busy, 6) if self.has_data else 0.0
 
     @property
     def has_data(self) -> bool:
@@ -56,7 +57,7 @@ def node_row(view: NodeView, ownership: Ownership) -> NodeRow:
     gpus = view.sample.gpus if view.sample else (view.inventory.gpus if view.inventory else ())
     cells: list[Cell] = []
     models: dict[str, int] = {}
-    busy = processes = mem_used = mem_total = 0
+    processes = mem_used = mem_total = 0
     for gpu in gpus:
         cells.extend(gpu_cells(view, gpu, ownership))
         name = short_model(gpu.info.name)
@@ -65,10 +66,11 @@ def node_row(view: NodeView, ownership: Ownership) -> NodeRow:
         if s is not None:
             mem_used += as_int(s.memory_used_bytes) or 0
         mem_total += as_int(gpu.info.memory_total_bytes) or 0
-        if view.sample is not None and gpu_busy(gpu):
-            busy += 1
         processes += len(gpu.processes)
     model_text = ", ".join(f"{n}x {m}" for m, n in sorted(models.items()))
+    sampled = view.sample is not None
+    busy = round(sum(c.fraction for c in cells if c.busy), 6) if sampled else 0.0
+    held = round(sum(c.fraction for c in cells if c.held), 6) if sampled else 0.0
     words = [view.name, view.owner or "", model_text, view.state, view.address]
     for c in cells:
         words.extend(c.tenants)
@@ -94,6 +96,7 @@ def node_row(view: NodeView, ownership: Ownership) -> NodeRow:
         memory_total=mem_total,
         processes=processes,
         search=" ".join(dict.fromkeys(w for w in words if w)),
+        held=held,
     )
 
 

@@ -9,7 +9,18 @@ from gpuops.core.history import instance_fraction
 from gpuops.core.model import Gpu, GpuProcess
 from gpuops.fleet.collector import LIVE, STALE, FleetSnapshot
 from gpuops.tenancy.ownership import UNOWNED, Ownership
-from gpuops.views.common import BUSY_PERCENT, as_float, as_int, gpu_lost, mig_active
+from gpuops.views.common import (
+    BUSY,
+    BUSY_PERCENT,
+    HELD,
+    as_float,
+    as_int,
+    capacity_state,
+    gpu_lost,
+    mig_active,
+    percent_of,
+    whole_gpu_state,
+)
 from gpuops.views.filter import Filter
 
 
@@ -27,6 +38,7 @@ class TenantRow:
     borrowed: float = 0.0  # of `used`, outside its silo and beyond its pool guarantees
     lent: float = 0.0  # its silo GPUs in use by other teams
     idle: float = 0.0  # silo (a pool's row: pool) GPU-equivalents not busy, free MIG slices included
+    held: float = 0.0  # of `idle`, what holds processes or memory at under 5% utilization
     waste: float = 0.0  # silo (a pool's row: pool) capacity minus the GPU-time delivered on it
     gpu_time: float = 0.0  # utilization-weighted GPU-equivalents it uses now
     share: float = 0.0  # of the fleet's GPU-time now, 0..1
@@ -52,6 +64,7 @@ def pool_row_name(pool: str) -> str:
 class _Acc:
     __slots__ = (
         "gpu_time",
+        "held",
         "idle",
         "lent",
         "memory_owned",
@@ -67,7 +80,14 @@ class _Acc:
 
     def __init__(self) -> None:
         self.owned = self.silo = self.unknown = self.processes = self.memory_used = self.memory_owned = 0
-        self.used = self.outside = self.lent = self.idle = self.waste = self.gpu_time = 0.0
+        self.used = self.outside = self.lent = self.idle = self.held = self.waste = self.gpu_time = 0.0
+
+    def capacity(self, state: str, amount: float) -> None:
+        """`amount` GPU-equivalents of its capacity in `state` (common.capacity_state)."""
+        if state != BUSY:
+            self.idle += amount
+            if state == HELD:
+                self.held += amount
 
     def use(self, team: str, owner: _Acc, owner_name: str, pooled: bool, amount: float) -> None:
         """`amount` GPU-equivalents used by this team (`team`) on a GPU of `owner_name`. Use
@@ -141,6 +161,7 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
                 _mig_usage(gpu, owner, pool is not None, c, tenants, get)
                 continue
             s = gpu.sample
+            c.capacity(whole_gpu_state(gpu), 1.0)
             util = as_float(s.utilization_gpu_percent) if s else None
             memories = _process_memory(gpu.processes, as_int(s.memory_used_bytes) if s else None)
             for t, m in zip(tenants, memories, strict=True):
@@ -160,7 +181,6 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
                 o.gpu_time += util / 100.0
                 c.waste += 1.0 - min(1.0, util / 100.0)
             else:
-                c.idle += 1.0
                 c.waste += 1.0 - min(1.0, (util or 0.0) / 100.0)
     total_time = sum(a.gpu_time for a in acc.values())
     fleet = ownership.fleet
@@ -176,6 +196,7 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
             borrowed=round(max(0.0, a.outside - in_pools.get(team, 0.0)), 6),
             lent=round(a.lent, 6),
             idle=round(a.idle, 6),
+            held=round(a.held, 6),
             waste=round(a.waste, 6),
             gpu_time=round(a.gpu_time, 6),
             share=a.gpu_time / total_time if total_time > 0 else 0.0,
@@ -196,6 +217,7 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
                 unknown=p.unknown,
                 guaranteed=round(promised, 6),
                 idle=round(p.idle, 6),
+                held=round(p.held, 6),
                 waste=round(p.waste, 6),
                 memory_owned=p.memory_owned,
                 silo=p.silo,
@@ -217,11 +239,17 @@ def _mig_usage(
         fraction = instance_fraction(gpu, gi)
         allocated += fraction
         procs = [(p, t) for p, t in zip(gpu.processes, tenants, strict=True) if p.gpu_instance_id == gi.id]
+        sample = samples.get(gi.id)
+        util = as_float(sample.sm_utilization_percent) if sample else None
+        memory = percent_of(sample.memory_used_bytes, sample.memory_total_bytes) if sample else None
+        capacity.capacity(capacity_state(util, len(procs), memory), fraction)
         if not procs:
-            capacity.idle += fraction
             capacity.waste += fraction
             continue
-        sample = samples.get(gi.id)
+        # GPU-time: the slice's SM utilization where GPM gives it, else all of it (a process
+        # holds it and NVML says nothing more).
+        busy_time = min(1.0, util / 100.0) if util is not None else 1.0
+        capacity.waste += fraction * (1.0 - busy_time)
         memories = _process_memory(
             [p for p, _ in procs], as_int(sample.memory_used_bytes) if sample else None
         )
@@ -231,7 +259,7 @@ def _mig_usage(
         for t, w in _weights([p for p, _ in procs], [t for _, t in procs]).items():
             a = get(t)
             a.use(t, o, owner, pooled, fraction * w)
-            a.gpu_time += fraction * w
+            a.gpu_time += fraction * w * busy_time
     free = max(0.0, 1.0 - allocated)
     capacity.idle += free
     capacity.waste += free
@@ -243,6 +271,7 @@ TENANT_SORTS: dict[str, tuple[Callable[[TenantRow], object], bool]] = {
     "owned": (lambda r: r.owned, True),
     "used": (lambda r: r.used, True),
     "idle": (lambda r: r.idle, True),
+    "held": (lambda r: r.held, True),
     "share": (lambda r: r.share, True),
     "memory": (lambda r: r.memory_used, True),
     "borrowed": (lambda r: r.borrowed, True),

@@ -232,9 +232,9 @@ def test_drill_down_from_every_view(make_app: AppFactory) -> None:
         await pilot.pause()
         assert isinstance(app.screen, DetailScreen) and app.screen.node == "sim-chat-01"
         await pilot.press("escape")
-        # tenants -> the team's GPUs in the grid
+        # tenants -> g: the team's GPUs in the grid (Enter: its processes, test_processes_screen)
         await command(pilot, "tenants")
-        await pilot.press("enter")
+        await pilot.press("g")
         await pilot.pause()
         assert isinstance(app.screen, FleetScreen)
         assert app.screen.filter is not None and app.screen.filter.text == "robotics"

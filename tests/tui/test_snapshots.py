@@ -16,6 +16,7 @@ from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.feed import Feed
 from gpuops.tui.grid import FleetGrid
+from gpuops.tui.table import LiveTable
 from tests.tui.conftest import EPOCH, Clock, silos
 
 pytestmark = pytest.mark.timeout(60)
@@ -96,3 +97,17 @@ def test_node_and_mig_gpu_detail(snap_compare: Compare) -> None:
 
 def test_help(snap_compare: Compare) -> None:
     assert snap_compare(scene(), run_before=ready, press=["question_mark"], terminal_size=(140, 60))
+
+
+def test_processes_of_a_team(snap_compare: Compare) -> None:
+    """The drill-down from :tenants: research's processes, two of them on held-idle GPUs."""
+
+    async def drill(pilot: Pilot[None]) -> None:
+        await ready(pilot)
+        await pilot.press("colon", *"tenants", "enter")
+        await pilot.pause()
+        pilot.app.screen.query_one(LiveTable).move_to_key("research")
+        await pilot.press("enter")
+        await pilot.pause()
+
+    assert snap_compare(scene(), run_before=drill, terminal_size=SIZE)

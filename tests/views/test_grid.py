@@ -83,16 +83,30 @@ def test_a_node_split_between_teams_appears_under_each(source: SimSource, clock:
     assert {c.gpu for c in in_speech.cells} == {6, 7}
 
 
-def test_team_header_and_chip_agree_on_idle_mig_slices(source: SimSource, clock: Clock) -> None:
-    """platform's 4 MIG GPUs all have a busy slice (4 busy GPUs in the group header), and idle
-    slices worth what its chip counts idle: the header says so."""
+def test_one_meaning_of_busy_on_every_line(source: SimSource, clock: Clock) -> None:
+    """Busy is capacity doing work (at least 5% utilized; a MIG slice by its SMs where GPM says,
+    else by holding a process), in GPU-equivalents, on every line: the fleet header is the sum of
+    the team groups and of the team chips; a team's group and its chip say the same busy and idle;
+    a GPU holding a process at 0% is idle, *held* idle, everywhere (issue 18 item 1)."""
     snapshot, ownership = source.snapshot(clock()), Ownership.from_sim_plan(source.plan)
-    groups = {g.team: g for g in group_rows(node_rows(snapshot, ownership), BY_TEAM)}
-    platform = groups["platform"].totals
-    assert (platform.gpus, platform.busy, platform.idle) == (4, 4, 0)
-    chip = {r.team: r for r in tenant_rows(source.snapshot(clock()), ownership)}["platform"]
-    assert platform.slices_idle == pytest.approx(chip.idle) and chip.idle > 1
-    assert groups["robotics"].totals.slices_idle == 0  # whole GPUs: their idle ones are counted idle
+    rows = node_rows(snapshot, ownership)
+    fleet = totals(rows)
+    groups = {g.team: g.totals for g in group_rows(rows, BY_TEAM)}
+    chips = {r.team: r for r in tenant_rows(snapshot, ownership)}
+    assert fleet.busy == pytest.approx(sum(g.busy for g in groups.values()))
+    assert fleet.idle == pytest.approx(sum(c.idle for c in chips.values()))
+    assert fleet.held == pytest.approx(sum(c.held for c in chips.values())) and fleet.held > 0
+    assert fleet.busy + fleet.idle + fleet.unknown == pytest.approx(fleet.gpus)
+    for team, g in groups.items():
+        chip = chips[team]
+        assert (g.idle, g.held) == (pytest.approx(chip.idle), pytest.approx(chip.held)), team
+        assert g.busy == pytest.approx(chip.silo - chip.unknown - chip.idle), team
+    # analytics: one process on GPU 0 at 0% utilization, three empty GPUs: nothing busy.
+    assert (groups["analytics"].busy, groups["analytics"].held, groups["analytics"].idle) == (0, 1, 4)
+    # research: GPU 0 works, GPUs 1 and 3 hold memory at 0%, GPU 2 is empty.
+    assert (groups["research"].busy, groups["research"].held) == (1, 2)
+    # platform's H100 slices: busy by their SMs (GPM), not by being carved or held.
+    assert 0 < groups["platform"].busy < 4 and groups["platform"].held > 0
 
 
 def test_totals_weigh_mig_slices_by_their_share_of_the_gpu(source: SimSource, clock: Clock) -> None:

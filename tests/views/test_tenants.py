@@ -118,5 +118,6 @@ def test_pool_guarantees_are_not_borrowed_and_pool_gpus_not_lent(source: SimSour
     assert order.index("pool shared") == len([t for t in order if t != "(unowned)"]) - 1
     # The grid's chips: a team's silo and what it put in pools; the pool's own busy and idle.
     assert TeamHeader._chip(platform).plain == "platform 4 in pools"
-    assert TeamHeader._chip(pool).plain.startswith("pool shared 2/4 busy 2 idle")
-    assert TeamHeader._chip(silos["platform"]).plain.startswith("platform 2/4 busy 2 idle")
+    # Busy: the slices whose SMs work (GPM); a slice holding a process at 0% is held idle.
+    assert TeamHeader._chip(pool).plain.startswith("pool shared 1.9/4 busy 2.1 idle (0.1 held)")
+    assert TeamHeader._chip(silos["platform"]).plain.startswith("platform 1.9/4 busy 2.1 idle (0.1 held)")

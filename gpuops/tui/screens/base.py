@@ -32,6 +32,8 @@ class ViewScreen(Screen[None]):
     SORTS: ClassVar[dict[str, tuple[str, str]]] = {}  # shift-letter -> (sort, what it sorts by)
     DEFAULT_SORT: ClassVar[str] = ""
     FILTER_HINT: ClassVar[str] = ""  # what a filter matches, for the bar
+    # What each column (or part of the screen) shows, for `?`: (column, meaning)
+    COLUMN_HELP: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(self) -> None:
         super().__init__()
@@ -167,7 +169,7 @@ class ViewScreen(Screen[None]):
                 self.FILTER_HINT or "regular expression; !re hides matches; Enter keeps, esc clears"
             )
         else:
-            self.prompt.hint("gpus nodes tenants events pool q   (Tab completes)")
+            self.prompt.hint("gpus nodes tenants processes events pool q   (Tab completes)")
 
     def close_prompt(self, cancel: bool) -> None:
         mode = self.prompt.mode

@@ -201,6 +201,26 @@ class DetailScreen(ViewScreen):
     )
     SORTS: ClassVar[dict[str, tuple[str, str]]] = {}
     FILTER_HINT = "matches processes: user, tenant, command, pid; !re hides matches"
+    COLUMN_HELP: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("GPU", "the GPU's index on the node"),
+        ("Model", "the GPU's model, short"),
+        ("Owner", "the team owning the GPU"),
+        ("Util", "GPU utilization (NVML); n/a on a MIG GPU (per-slice figures are in the layout)"),
+        ("Memory", "memory in use of the GPU's"),
+        ("Power", "power draw (the limit is in the panel)"),
+        ("Temp", "GPU temperature"),
+        ("SM clock", "SM clock"),
+        ("Mem clock", "memory clock"),
+        ("MIG", "MIG mode and how many GPU instances"),
+        ("Procs", "processes on the GPU; n/a where the node could not list them"),
+        ("XID", "XID errors since the node's agent started listening; '-': not reported"),
+        ("history", "the panel's sparklines: utilization, memory, power, temperature over the session"),
+        ("MIG (processes)", "GPU instance / compute instance the process runs in"),
+        ("PID", "process id on the node"),
+        ("User", "unix user"),
+        ("Tenant", "the team it counts for, and where that came from (limiter, user, group, owner)"),
+        ("Command", "its command line, as the agent sends it"),
+    )
     BINDINGS = screen_bindings(KEYS, SORTS)
 
     def __init__(self, node: str, gpu: int | None, view: str) -> None:

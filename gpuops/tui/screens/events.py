@@ -45,6 +45,16 @@ class EventsScreen(ViewScreen):
         "W": ("kind", "what happened"),
     }
     DEFAULT_SORT = "time"
+    COLUMN_HELP: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("Time", "when it happened (this machine's clock; health events: the node's)"),
+        ("Ago", "how long ago"),
+        ("Node", "the node; '-' for a warning about no node in particular"),
+        (
+            "What",
+            "up, stale, unreachable, back, agent-error, attribution, or a health event (XID, ECC, clocks)",
+        ),
+        ("Message", "the reason, the GPU and MIG instance, an XID's meaning"),
+    )
     FILTER_HINT = "matches node, kind and message; !re hides matches"
     BINDINGS = screen_bindings(KEYS, SORTS)
 

@@ -37,6 +37,18 @@ class FleetScreen(ViewScreen):
     }
     DEFAULT_SORT = "name"
     FILTER_HINT = "matches node, team, model, state, tenants and users; !re hides matches"
+    COLUMN_HELP: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("top line", "the fleet: GPUs, busy and idle GPU-equivalents (held idle ones), util, memory"),
+        ("team chips", "per team: busy/silo GPUs, idle (held), GPUs in pools, borrowed, without data;"),
+        ("", "per pool: the same of its GPUs. Chips add up to the top line"),
+        ("group header", "a team's nodes: GPUs, busy, idle (held), util, memory, processes"),
+        ("cell", "a GPU: utilization % then memory %; a MIG slice: its SMs' % (or its size) then memory %"),
+        (
+            "held idle",
+            "a cell whose utilization is orange: under 5% utilized but holding memory or processes",
+        ),
+        ("bottom line", "the cell under the cursor: node, GPU, model, owner, util, memory, processes"),
+    )
     BINDINGS = screen_bindings(KEYS, SORTS)
 
     def __init__(self) -> None:

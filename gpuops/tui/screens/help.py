@@ -19,6 +19,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     (":gpus [filter]", "the fleet grid: a cell per GPU or MIG slice (the start screen)"),
     (":nodes [filter]", "one row per node: state, data age, owner, GPUs, busy, util, memory"),
     (":tenants [filter]", "per team: owned, guaranteed, used, borrowed, idle, waste, GPU-time, sparklines"),
+    (":processes [filter]", "every GPU process of the fleet: pid, user, team, where, memory, command"),
     (":events [filter]", "nodes going stale or unreachable and back, agent errors"),
     (":pool [filter]", "silos and the pool per team: move GPUs, ask the planner, plan, apply"),
     (":help", "this screen"),
@@ -26,8 +27,12 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 )
 
 FIGURES: tuple[tuple[str, str], ...] = (
-    ("busy", "a GPU at least 5% utilized or with a process; a MIG slice with a process"),
-    ("idle", "silo (or pool) capacity that is not busy (free MIG slices included)"),
+    ("busy", "capacity doing work: a GPU at least 5% utilized (processes or not); a MIG slice by its"),
+    ("", "SMs' utilization where NVML's GPM gives it, else while it holds a process (Ampere: no"),
+    ("", "per-slice figure). Counted in GPU-equivalents (a 3g slice of an H100 is 3/7) on every"),
+    ("", "line: top line, team chips, group headers, nodes, tenants"),
+    ("idle", "capacity with data that is not busy (free MIG slices included): held idle + free"),
+    ("held idle", "idle but holding processes or memory (at least 1%): looks taken, delivers nothing"),
     ("owned", "GPUs a team owns (fleet.yaml); '8 (2?)': 2 of them on nodes without current data"),
     ("used", "GPU-equivalents holding a team's processes, on any team's GPUs"),
     ("guaranteed", "a team's silo GPUs plus its pool guarantees (share x the pool's GPUs)"),
@@ -52,11 +57,18 @@ class HelpScreen(ModalScreen[None]):
         Binding("down,j", "scroll(1)", show=False),
     ]
 
-    def __init__(self, screen_name: str, keys: tuple[Key, ...], readonly: bool) -> None:
+    def __init__(
+        self,
+        screen_name: str,
+        keys: tuple[Key, ...],
+        readonly: bool,
+        columns: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         super().__init__()
         self.screen_name = screen_name
         self.keys = keys
         self.readonly = readonly
+        self.columns = columns
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -76,6 +88,10 @@ class HelpScreen(ModalScreen[None]):
         head = Text(f"Help — {self.screen_name}", style="bold")
         head.append("   esc, q or ? closes this help", style="dim")
         parts.append(head)
+        if self.columns:
+            table = section("Columns on this screen")
+            for name, what in self.columns:
+                table.add_row(name, what)
         table = section("Keys on this screen")
         for key in self.keys:
             table.add_row(key.label, key.description)
@@ -95,6 +111,10 @@ class HelpScreen(ModalScreen[None]):
             legend.append(render.pct3(value), style=render.mem_style(value))
         table.add_row("cells", legend)
         table.add_row("", "a cell is utilization % then memory %; grey utilization: idle (under 5%)")
+        held = Text("  0", style=render.HELD_STYLE)
+        held.append(" 40", style=render.mem_style(40))
+        held.append(" held idle: under 5% utilized while holding processes or memory")
+        table.add_row("", held)
         mig = Text()
         mig.append(" 3g", style=render.SLICE_BUSY)
         mig.append(" 79", style=render.mem_style(79))

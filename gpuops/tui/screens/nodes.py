@@ -52,6 +52,19 @@ class NodesScreen(ViewScreen):
     }
     DEFAULT_SORT = "name"
     FILTER_HINT = "matches node, owner, model, state, tenants and users; !re hides matches"
+    COLUMN_HELP: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("Node", "the node's name in fleet.yaml"),
+        ("State", "live, stale (no sample for 2 intervals), unreachable, connecting"),
+        ("Age", "how old the node's last sample is"),
+        ("Owner", "the team owning the node (fleet.yaml); its GPUs may have owners of their own"),
+        ("GPUs", "how many GPUs of which model"),
+        ("Busy", "GPU-equivalents doing work (see busy below) of the node's GPUs"),
+        ("Idle", "GPU-equivalents not doing work, held idle ones included"),
+        ("Util", "mean utilization, each MIG slice by its share of its GPU"),
+        ("Memory", "GPU memory in use of the node's total"),
+        ("Procs", "processes on the node's GPUs"),
+        ("Reason", "why a node is not live (the collector's words)"),
+    )
     BINDINGS = screen_bindings(KEYS, SORTS)
 
     def compose_body(self) -> ComposeResult:
@@ -75,8 +88,11 @@ class NodesScreen(ViewScreen):
                         render.age(age) if age is not None else "-",
                         r.owner or "-",
                         r.models or "-",
-                        f"{r.busy}/{r.gpus}" if r.has_data else "-",
-                        Text(str(r.idle) if r.has_data else "-", style="bold #ffd75f" if r.idle else ""),
+                        f"{render.gpus(r.busy)}/{r.gpus}" if r.has_data else "-",
+                        Text(
+                            render.gpus(r.idle) if r.has_data else "-",
+                            style="bold #ffd75f" if r.idle >= 0.05 else "",
+                        ),
                         render.percent(r.util) if r.has_data else "-",
                         render.share(r.memory_used, r.memory_total) if r.has_data else "-",
                         str(r.processes) if r.has_data else "-",

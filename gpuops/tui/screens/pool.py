@@ -122,6 +122,27 @@ class PoolScreen(ViewScreen):
     }
     DEFAULT_SORT = "node"
     FILTER_HINT = "matches GPU, model, owner, silo/pool and users; !re hides matches"
+    COLUMN_HELP: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("Team", "a team of fleet.yaml; 'all teams': the totals"),
+        ("Silo GPUs", "GPUs in its silo (→ after the change under review)"),
+        ("Silo used", "mean GPU-equivalents in use on its silo over the window"),
+        ("Silo idle", "silo GPUs minus Silo used"),
+        ("Pool GPUs", "the pool's GPUs it bought"),
+        ("Guaranteed", "its guarantee in the pool, in GPUs"),
+        ("Pool used", "mean GPU-equivalents it used in the pool over the window"),
+        ("Pool idle", "the pool's capacity it bought minus what is used there"),
+        ("Borrowed", "use outside its silo beyond its pool guarantee (mean over the window)"),
+        ("Use p95", "the 95th percentile of its GPU-time over the window"),
+        ("GPU", "node:index"),
+        ("Model", "the GPU's model, short"),
+        ("Owner", "the team that bought it"),
+        ("In", "silo or pool NAME (→ after the change under review)"),
+        ("p95 busy", "95th percentile of the GPU's utilization-weighted use over the window"),
+        ("Mean busy", "its mean utilization-weighted use over the window"),
+        ("Now", "its utilization now (the live feed)"),
+        ("Used by (window)", "the teams that used it, with their share of its time"),
+        ("Live carving", "its MIG layout or limiter lines as its node reports them"),
+    )
     BINDINGS = screen_bindings(KEYS, SORTS)
     DEFAULT_CSS = """
     #pool-head { height: auto; max-height: 9; padding: 0 1; }

@@ -27,6 +27,7 @@ COLUMNS = (
     Column("Used", "used", "right"),
     Column("Borrowed", "borrowed", "right"),
     Column("Idle", "idle", "right"),
+    Column("Held", "held", "right"),
     Column("Waste", "waste", "right"),
     Column("GPU-time", "gpu-time", "right"),
     Column("Share", "share", "right"),
@@ -64,7 +65,8 @@ class TenantsScreen(ViewScreen):
     TITLE = "tenants (teams)"
     KEYS: ClassVar[tuple[Key, ...]] = (
         *TABLE_KEYS,
-        Key("enter", "Enter", "show the team's GPUs in the fleet grid (filtered by the team)"),
+        Key("enter", "Enter", "the team's processes across the fleet (:processes of the team)"),
+        Key("g", "g", "the team's GPUs in the fleet grid (filtered by the team)", "team_grid"),
     )
     SORTS: ClassVar[dict[str, tuple[str, str]]] = {
         "W": ("waste", "waste: owned capacity not doing work (the default)"),
@@ -72,12 +74,39 @@ class TenantsScreen(ViewScreen):
         "O": ("owned", "GPUs owned"),
         "U": ("used", "GPUs used"),
         "I": ("idle", "idle capacity of its silo (a pool: of the pool)"),
+        "H": ("held", "held idle: idle capacity holding processes or memory"),
         "B": ("borrowed", "GPUs borrowed: used outside its silo beyond its pool guarantees"),
         "S": ("share", "share of the fleet's GPU-time now"),
         "M": ("memory", "memory held"),
     }
     DEFAULT_SORT = "waste"
     FILTER_HINT = "matches team names; !re hides matches"
+    COLUMN_HELP: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("Team", "a team of fleet.yaml (or an owner or tenant seen); 'pool NAME': a pool's row"),
+        ("Owned", "GPUs it bought, in its silo or in pools; '8 (2?)': 2 on nodes without current data"),
+        ("Guaranteed", "its silo GPUs plus its pool guarantees (share x the pool's GPUs)"),
+        ("Used", "GPU-equivalents holding its processes, on any team's GPUs, busy or not"),
+        ("Borrowed", "of Used, what is outside its silo beyond its pool guarantees"),
+        (
+            "Idle",
+            "its silo's (a pool's row: the pool's) GPU-equivalents not busy, free MIG capacity included",
+        ),
+        (
+            "Held",
+            "of Idle, what holds processes or memory at under 5% utilization: looks taken, does nothing",
+        ),
+        (
+            "Waste",
+            "its silo's capacity minus the GPU-time delivered on it, by anyone: what pooling would free",
+        ),
+        ("GPU-time", "utilization-weighted GPU-equivalents it uses now (a GPU at 50% is 0.5)"),
+        ("Share", "its part of the fleet's GPU-time now"),
+        ("Session", "its part of the fleet's GPU-time integrated since the view started"),
+        ("Memory", "GPU memory its processes hold"),
+        ("Procs", "its processes"),
+        ("Share over the session", "sparkline of Share, one point per refresh (oldest left)"),
+        ("Idle over the session", "sparkline of Idle, on the scale of its silo"),
+    )
     BINDINGS = screen_bindings(KEYS, SORTS)
 
     def __init__(self) -> None:
@@ -136,6 +165,7 @@ class TenantsScreen(ViewScreen):
             num(r.used),
             num(r.borrowed, "#87d787"),
             num(r.idle, idle_style),
+            num(r.held, render.HELD_TEXT),
             num(r.waste, idle_style),
             render.gpus(r.gpu_time),
             f"{100 * r.share:.0f}%",
@@ -173,7 +203,9 @@ class TenantsScreen(ViewScreen):
                 f"  owns {row.owned} GPUs ({render.size(row.memory_owned)}{pooled})"
                 f" · guaranteed {render.gpus(row.guaranteed)} · uses {render.gpus(row.used)}"
                 f" · borrows {render.gpus(row.borrowed)} · lends {render.gpus(row.lent)}"
-                f" · idle {render.gpus(row.idle)} · waste {render.gpus(row.waste)}"
+                f" · idle {render.gpus(row.idle)}"
+                + (f" ({render.gpus(row.held)} held)" if row.held >= 0.05 else "")
+                + f" · waste {render.gpus(row.waste)}"
                 f" · {row.processes} process{'es' if row.processes != 1 else ''}"
             )
         lines = [head]
@@ -212,4 +244,8 @@ class TenantsScreen(ViewScreen):
         if row is not None and row.pool is not None:
             self.gapp.go("pool")
             return
-        self.gapp.go("gpus", filter_text=event.key)
+        self.gapp.team_processes(event.key)
+
+    def action_team_grid(self) -> None:
+        if self.selected is not None:
+            self.gapp.go("gpus", filter_text=self.selected)
