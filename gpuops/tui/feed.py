@@ -46,6 +46,7 @@ from gpuops.fleet.collector import (
 from gpuops.tenancy.attribution import UNATTRIBUTED, default_chain
 from gpuops.tenancy.ownership import UNOWNED, Ownership
 from gpuops.views.events import HealthLog
+from gpuops.views.gpu_history import GpuHistory
 from gpuops.views.nodes import NodeRow, RowCache
 from gpuops.views.processes import FirstSeen, FleetProcess, fleet_processes
 from gpuops.views.status import FleetStatus, fleet_status
@@ -231,6 +232,8 @@ class FleetState:
     # first (views.events.HealthLog).
     health: tuple[tuple[str, HealthEvent], ...] = ()
     _processes: Callable[[], tuple[FleetProcess, ...]] = field(repr=False, compare=False, default=lambda: ())
+    # Each GPU over the session (the detail's sparklines); the feed's ring, read by the detail only.
+    gpu_history: GpuHistory | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def rows(self) -> tuple[NodeRow, ...]:
@@ -335,6 +338,7 @@ class Feed:
         self.warnings = AttributionWarnings()
         self.health = HealthLog()
         self.first_seen = FirstSeen()
+        self.gpu_history = GpuHistory()
 
     def use_fleet(self, fleet: Fleet) -> None:
         """Owners, teams, pools and attribution from this fleet.yaml from the next build on (the
@@ -349,6 +353,7 @@ class Feed:
         self.warnings.update(now, snapshot, self.ownership, tenants)
         self.health.update(snapshot)
         self.first_seen.update(snapshot, now)
+        self.gpu_history.update(snapshot)
         self.version += 1
         self.builds += 1
         cache, ownership, first_seen = self._cache, self.ownership, self.first_seen
@@ -366,6 +371,7 @@ class Feed:
             warnings=self.warnings.events(),
             health=self.health.events(),
             _processes=lambda: fleet_processes(snapshot, ownership, first_seen),
+            gpu_history=self.gpu_history,
         )
         self.state = state
         return state

@@ -15,7 +15,7 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
-from gpuops.core.model import Gpu
+from gpuops.core.model import Gpu, HealthEvent
 from gpuops.fleet.collector import LIVE, NodeView
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui import render
@@ -24,9 +24,10 @@ from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Cell, Column, LiveTable, Row
 from gpuops.views import format as fmt
-from gpuops.views.common import mig_active, short_model
+from gpuops.views.common import as_float, mig_active, short_model
 from gpuops.views.detail import SliceSpan, find_gpu, mig_layout, process_rows
 from gpuops.views.events import xid_summary
+from gpuops.views.gpu_history import NOT_SENT, GpuHistory, health_counts
 
 GPU_COLUMNS = (
     Column("GPU", "gpu", "right"),
@@ -120,7 +121,86 @@ def slice_bar(count: int, spans: tuple[SliceSpan, ...]) -> Text:
     return out
 
 
-def gpu_panel(view: NodeView, gpu: Gpu | None, ownership: Ownership) -> RichGroup:
+SPARK_WIDTH = 60
+# The detail's sparklines: series, title, unit, fixed top (None: the series' max)
+TRENDS: tuple[tuple[str, str, str, float | None], ...] = (
+    ("util", "utilization", "%", 100.0),
+    ("memory", "memory", "%", 100.0),
+    ("power", "power", "W", None),
+    ("temperature", "temperature", "°C", None),
+)
+
+
+def trend_lines(history: GpuHistory | None, node: str, gpu: Gpu) -> list[Text]:
+    """The GPU over the session: a sparkline per figure with now/min/max (power on the scale of
+    its limit, where known)."""
+    if history is None:
+        return []
+    index = gpu.info.index
+    points = history.points(node, index)
+    lines = [Text(f"over the session ({points} samples, the last {history.ring} kept)", style="bold")]
+    limit = as_float(gpu.info.power_limit_watts)
+    for series, title, unit, top in TRENDS:
+        values = history.series(node, index, series)
+        line = Text(f"{title:>12} ", style="dim")
+        if not values:
+            line.append("n/a (not reported)", style="dim")
+            lines.append(line)
+            continue
+        peak = top if top is not None else (limit if series == "power" and limit else max(values))
+        line.append(
+            render.sparkline(values, SPARK_WIDTH, peak if peak and peak > 0 else None), style="#87d7ff"
+        )
+        line.append(f"  now {values[-1]:.0f}{unit}", style="bold")
+        line.append(f"  min {min(values):.0f}{unit}  max {max(values):.0f}{unit}", style="dim")
+        lines.append(line)
+    return lines
+
+
+def health_rows(
+    view: NodeView, gpu: Gpu, events: tuple[tuple[str, HealthEvent], ...]
+) -> list[tuple[str, Text]]:
+    """What the model says about the GPU's health, and what it cannot say yet, with why."""
+    health = view.sample.health if view.sample else None
+    rows: list[tuple[str, Text]] = []
+    if health is None or health.error:
+        why = (
+            f"n/a ({health.error})"
+            if health is not None
+            else "not reported (no health events from this source)"
+        )
+        rows.append(("ECC events", Text(why, style="dim")))
+        rows.append(("clock events", Text(why, style="dim")))
+    else:
+        counts = health_counts(events, view.name, gpu.info.index)
+        ecc = Text(f"{counts.ecc_single_bit} corrected · ")
+        ecc.append(
+            f"{counts.ecc_double_bit} uncorrectable", style="bold red" if counts.ecc_double_bit else ""
+        )
+        ecc.append(" (NVML events this session)", style="dim")
+        rows.append(("ECC events", ecc))
+        rows.append(
+            (
+                "clock events",
+                Text(
+                    f"{counts.clock} clock changes · {counts.pstate} P-state changes (throttling shows here)"
+                ),
+            )
+        )
+    for name, call in NOT_SENT:
+        rows.append(
+            (name, Text(f"not reported: the agent's sample has no field for it yet ({call})", style="dim"))
+        )
+    return rows
+
+
+def gpu_panel(
+    view: NodeView,
+    gpu: Gpu | None,
+    ownership: Ownership,
+    history: GpuHistory | None = None,
+    events: tuple[tuple[str, HealthEvent], ...] = (),
+) -> RichGroup:
     if gpu is None:
         return RichGroup(Text("No GPU selected (no data from this node yet).", style="dim"))
     parts: list[object] = []
@@ -149,9 +229,12 @@ def gpu_panel(view: NodeView, gpu: Gpu | None, ownership: Ownership) -> RichGrou
         facts.add_row("clocks", f"SM {fmt.mhz(s.sm_clock_mhz)} · memory {fmt.mhz(s.memory_clock_mhz)}")
     facts.add_row("SMs", fmt.metric(gpu.info.multiprocessor_count, str))
     facts.add_row("XID errors", xid_summary(view.sample.health if view.sample else None, gpu.info.index))
+    for name, value in health_rows(view, gpu, events):
+        facts.add_row(name, value)
     if gpu.processes_error:
         facts.add_row("processes", Text(f"n/a ({gpu.processes_error})", style="yellow"))
     parts.append(facts)
+    parts.extend(trend_lines(history, view.name, gpu))
     mig = gpu.mig
     if mig is None:
         parts.append(Text("MIG: not supported by this GPU", style="dim"))
@@ -177,12 +260,19 @@ def gpu_panel(view: NodeView, gpu: Gpu | None, ownership: Ownership) -> RichGrou
                         )
                     )
     limited = sum(1 for p in gpu.processes if p.tenant_source == "limiter")
+    # The live sample carries GPUs and processes only; the node's MPS daemons and limiter table
+    # come from the agent's `config` op, which `gpuops plan` asks and this view does not poll.
     parts.append(
-        Text("MPS: not reported by the agent yet (daemon, thread % and pinned memory go here)", style="dim")
+        Text(
+            "MPS: not in the live sample (daemons, thread % and pinned memory come from the agent's "
+            "config op, read by gpuops plan, not polled here)",
+            style="dim",
+        )
     )
     parts.append(
         Text(
-            f"Limiter: {limited} process(es) attributed by the limiter; limits and usage not reported yet",
+            f"Limiter: {limited} process(es) attributed by the limiter's tenant table; its limits are "
+            "in the agent's config op (gpuops plan), its usage is not reported by the node yet",
             style="dim",
         )
     )
@@ -262,7 +352,9 @@ class DetailScreen(ViewScreen):
         if self.gpu_index is not None:
             table.move_to_key(str(self.gpu_index))
         selected = find_gpu(view, self.gpu_index) if self.gpu_index is not None else None
-        self.query_one("#gpu-panel", Static).update(gpu_panel(view, selected, state.ownership))
+        self.query_one("#gpu-panel", Static).update(
+            gpu_panel(view, selected, state.ownership, state.gpu_history, state.health)
+        )
         self._processes(state, view)
         self.draw_bars()
 
