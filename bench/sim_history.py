@@ -1,0 +1,157 @@
+"""The simulated fleet's history as a user meets it: `gpuops tenants --window 7d` right after a
+100-node `large` fleet is ready (its nodes' 7-day pasts not built yet, or being built), then
+again; for this tree and (optionally) another checkout measured in the same run.
+
+    .venv/bin/python bench/sim_history.py [--nodes 100] [--reps 2] [--before /path/to/checkout]
+        [--no-write]
+
+Each tree runs in its own process with its `gpuops` first on PYTHONPATH (the sim fleet and the
+CLI calls are that tree's); trees take turns per repetition. The evidence each first call got
+back (GPUs, median days observed, nodes missing) is reported, so a past that came back short
+cannot pass for a fast one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DAY = 86400.0
+CALL_TIMEOUT = 300.0
+
+
+def _cli() -> list[str]:
+    return [sys.executable, "-m", "gpuops"]
+
+
+def _timed(*args: str) -> tuple[float, dict[str, Any]]:
+    began = time.perf_counter()
+    out = subprocess.run([*_cli(), *args], capture_output=True, text=True, timeout=CALL_TIMEOUT)
+    took = time.perf_counter() - began
+    # 3: figures shown, but some node's history incomplete (reported with the figures)
+    if out.returncode not in (0, 3):
+        raise SystemExit(f"gpuops {' '.join(args)} exited {out.returncode}:\n{out.stderr[-2000:]}")
+    doc: dict[str, Any] = json.loads(out.stdout)
+    doc["exit"] = out.returncode
+    return took, doc
+
+
+def _measure(nodes: int) -> dict[str, Any]:
+    """In the measured tree's process: start the fleet, call tenants twice, stop it."""
+    import gpuops
+    from gpuops.fleet.simfleet import launch, stop
+
+    with tempfile.TemporaryDirectory(prefix="gpuops-bench-") as tmp:
+        directory = Path(tmp) / "sim"
+        launched = launch(directory, scenario="large", nodes=nodes, timeout=120)
+        try:
+            args = ("tenants", "-f", str(directory / "fleet.yaml"), "--window", "7d", "--json")
+            first, doc = _timed(*args)
+            later, _ = _timed(*args)
+        finally:
+            stop(directory)
+    gpus = doc.get("gpus", [])
+    seconds = [g.get("observed_seconds", 0) for g in gpus]
+    return {
+        "nodes": nodes,
+        "ready_s": launched.seconds,
+        "first_s": first,
+        "later_s": later,
+        "gpus": len(gpus),
+        "evidence_days": statistics.median(seconds) / DAY if seconds else 0.0,
+        "missing": len(doc.get("missing", {})),
+        "incomplete": len(doc.get("incomplete", {}) or ()),
+        "exit": doc["exit"],
+        "gpuops": str(Path(gpuops.__file__).resolve().parent.parent),
+    }
+
+
+def _run_tree(tree: Path, nodes: int) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run(
+        [sys.executable, __file__, "--measure", "--tree", str(tree), "--nodes", str(nodes)],
+        capture_output=True,
+        text=True,
+        timeout=3 * CALL_TIMEOUT,
+        env=env,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"measuring {tree} failed:\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    if Path(result["gpuops"]) != tree.resolve():
+        raise SystemExit(f"{tree}: the fleet ran gpuops from {result['gpuops']}")
+    return result
+
+
+def _spread(values: list[float]) -> str:
+    return "/".join(f"{v:.1f}" for v in (min(values), statistics.median(values), max(values)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--before", help="another checkout of gpuops to measure in the same run")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        sys.path.insert(0, args.tree)
+        print(json.dumps(_measure(args.nodes)))
+        return
+    sys.path.insert(0, str(ROOT))
+    from bench.benchdoc import write_section
+
+    trees = {"after": ROOT}
+    if args.before:
+        trees = {"before": Path(args.before).resolve(), "after": ROOT}
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
+    load = [os.getloadavg()[0]]
+    for _ in range(args.reps):
+        for label, tree in trees.items():
+            result = _run_tree(tree, args.nodes)
+            print(json.dumps({"tree": label, **result}), flush=True)
+            runs[label].append(result)
+    load.append(os.getloadavg()[0])
+    lines = [
+        "## Simulated history, first call (`bench/sim_history.py`, issue 22)",
+        "",
+        f"`gpuops tenants -f fleet.yaml --window 7d --json` against a {args.nodes}-node `large` sim fleet",
+        "on 127.0.0.1: *first* right after `launch` returns (the fleet ready), *later* the call after it.",
+        "A new fleet per run; min/median/max over the runs; *before* and *after* in turns in the same run.",
+        "",
+        "| tree | runs | first call | later call | GPUs | evidence per GPU (median) | nodes missing "
+        "| incomplete | exit |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, results in runs.items():
+        lines.append(
+            f"| {label} | {len(results)} | {_spread([r['first_s'] for r in results])} s "
+            f"| {_spread([r['later_s'] for r in results])} s | {min(r['gpus'] for r in results)} "
+            f"| {min(r['evidence_days'] for r in results):.1f} days | {max(r['missing'] for r in results)} "
+            f"| {max(r['incomplete'] for r in results)} | {','.join(str(r['exit']) for r in results)} |"
+        )
+    lines += [
+        "",
+        f"Load average {load[0]:.1f} at the start, {load[1]:.1f} at the end (2 cores, shared).",
+        "Run again: `.venv/bin/python bench/sim_history.py --before <worktree of an older commit>`.",
+    ]
+    print("\n".join(lines))
+    if not args.no_write:
+        write_section("sim_history", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
