@@ -17,8 +17,10 @@ Definitions (also in docs/tui.md):
   is unattributed: tenant ``-``, source ``none`` (shown and counted, never dropped).
 - **GPU-equivalents**: a whole GPU counts 1; a MIG GPU instance counts its compute slices over the
   GPU's (a 3g slice of an H100 is 3/7).
-- **busy**: a GPU at least 5% utilized or with a process on it (`common.gpu_busy`); a MIG slice
-  with a process on it. **idle**: owned capacity that is not busy, free MIG slices included.
+- **busy**: capacity doing work, one meaning on every line (`common.capacity_state`): at least 5%
+  utilized; a MIG slice by its SMs (GPM) where reported, else while it holds a process; counted
+  in GPU-equivalents. **idle**: capacity with data that is not busy, free MIG slices included;
+  **held idle**: the idle part holding processes or memory.
 - **GPU-time**: utilization-weighted GPU-equivalents (a GPU at 50% is 0.5). NVML gives no
   utilization per MIG device, so a MIG slice counts fully while it holds a process. A GPU's time is
   split between the tenants on it by the memory their processes hold (equally when unknown).
