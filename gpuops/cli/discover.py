@@ -18,6 +18,7 @@ from gpuops.cli.errors import fail
 from gpuops.core.codec import to_json
 from gpuops.core.mig.catalog import find_model
 from gpuops.core.model import Gpu, Node, NodeSample
+from gpuops.core.vendor import runtime_name
 from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.fleet.local import local_agent
 from gpuops.views import format as render
@@ -103,8 +104,10 @@ def print_node(console: Console, node: Node, sample: NodeSample) -> None:
     if node.driver_version:
         title += f", driver {node.driver_version}"
     if node.cuda_driver_version:
-        # AMD nodes give their ROCm release in the same field (docs/backends.md).
-        title += f", {'ROCm' if node.backend == 'amd' else 'CUDA'} {node.cuda_driver_version}"
+        # AMD nodes give their ROCm release in the same field (docs/backends.md), simulated
+        # ones too: the GPUs' vendor says which, not the backend's name.
+        runtime = runtime_name((g.info for g in node.gpus), node.backend)
+        title += f", {runtime} {node.cuda_driver_version}"
     # Node text (host names, models, users, command lines) is shown as it is, never as markup.
     gpus = Table(title=Text(title), title_justify="left", expand=False)
     for column in ("GPU", "Model", "Owner", "Util", "Memory", "Power", "Temp", "MIG", "Procs"):

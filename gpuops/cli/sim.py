@@ -1,6 +1,6 @@
 """`gpuops sim`: a simulated GPU fleet on this machine — real SSH servers on 127.0.0.1.
 
-gpuops sim up [--nodes N] [--scenario silos|large] [--dir DIR] [--seed S] [--prometheus]
+gpuops sim up [--nodes N] [--scenario silos|large|mixed] [--dir DIR] [--seed S] [--prometheus]
                                                                             start it in the background
 gpuops sim status [--dir DIR] [--json]                                      is it running, and where
 gpuops sim down [--dir DIR]                                                 stop it (idempotent)
@@ -83,9 +83,14 @@ def _describe(state: dict[str, Any], directory: Path) -> list[str]:
 @sim_app.command("up")
 def up(
     nodes: int | None = typer.Option(
-        None, "--nodes", "-n", help="How many nodes (default: 8 for silos, 200 for large)."
+        None, "--nodes", "-n", help="How many nodes (default: 8 for silos, 200 for large, 6 for mixed)."
     ),
-    scenario: str = typer.Option("silos", "--scenario", "-s", help="silos (the demo) or large (benchmarks)."),
+    scenario: str = typer.Option(
+        "silos",
+        "--scenario",
+        "-s",
+        help="silos (the demo), large (benchmarks) or mixed (NVIDIA and AMD MI300X nodes).",
+    ),
     directory: Path | None = typer.Option(
         None, "--dir", help="Where fleet.yaml, keys and the log go (default: $XDG_RUNTIME_DIR/gpuops-sim)."
     ),

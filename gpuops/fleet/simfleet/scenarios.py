@@ -21,6 +21,9 @@ Scenarios:
 - `large` (benchmarks, 200 nodes by default, any number up to 5000): ~1 team per 20 nodes, each
   with a profile drawn from the seed, nodes in contiguous blocks. Nodes are kept cheap to sample:
   few workloads (one DDP job spans a node), so the sample cost is mostly per GPU.
+- `mixed` (6 nodes by default): NVIDIA and AMD Instinct MI300X nodes side by side; vision and chat
+  own both kinds, one MI300X node is carved into compute/memory partitions (CPX/NPS4, DPX) and
+  serves chat and vision, research owns an idle MI300X silo, platform a MIG-carved H100 node.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-SCENARIOS = ("silos", "large")
-DEFAULT_NODES = {"silos": 8, "large": 200}
+SCENARIOS = ("silos", "large", "mixed")
+DEFAULT_NODES = {"silos": 8, "large": 200, "mixed": 6}
 MAX_NODES = 5000
 PROFILES = ("training", "inference", "notebooks", "mig", "saturated", "idle")
 
@@ -123,6 +126,7 @@ def _spec(
     workloads: list[dict[str, Any]],
     description: str,
     driver: str = "550.54.15",
+    runtime: str = "12.4",
 ) -> Spec:
     """A sim spec dict with only the users and teams this node mentions."""
     teams: set[str] = set()
@@ -144,7 +148,7 @@ def _spec(
         "epoch": epoch,
         "utc_offset": utc_offset,
         "driver_version": driver,
-        "cuda_driver_version": "12.4",
+        "cuda_driver_version": runtime,
         "users": users,
         "tenants": tenants,
         "gpus": gpus,
@@ -585,6 +589,103 @@ def _teams_in(nodes: list[SimNode], teams: Sequence[_Team]) -> dict[str, tuple[s
     return {t.name: t.members for t in teams if t.name in present}
 
 
+# ---- mixed ---------------------------------------------------------------------------------------
+
+AMD_MODELS = ("MI300X",)
+_AMD_DRIVER, _ROCM = "6.8.5", "6.2.0"  # amdgpu driver and ROCm release, in the CUDA version's place
+
+_MIXED_TEAMS = (
+    _Team("vision", ("alice", "bob")),
+    _Team("chat", ("carol", "dave"), "svc-chat"),
+    _Team("platform", ("olga",)),
+    _Team("research", ("erin", "frank")),
+)
+_MIXED_NODES: tuple[tuple[str, str, _Shape], ...] = (
+    ("vision", "training", _Shape(8, "A100-80GB", 96.0, 0)),
+    ("vision", "training", _Shape(8, "MI300X", 94.0, 1)),
+    ("chat", "inference", _Shape(8, "H100-80GB", 0.0, 0)),
+    ("chat", "partitioned", _Shape(8, "MI300X", 0.0, 0)),
+    ("platform", "mig", _Shape(4, "H100-80GB", 0.0, 0)),
+    ("research", "idle", _Shape(4, "MI300X", 0.0, 1)),
+)
+
+
+def _partitioned(
+    name: str, team: _Team, shape: _Shape, tenants: list[_Team]
+) -> tuple[list[Any], list[dict[str, Any]], str]:
+    """An MI300X node carved by modes: half its GPUs CPX/NPS4 (eight logical GPUs each), a
+    quarter DPX, the rest whole; small services of other teams run on the carved GPUs."""
+    n = shape.gpus
+    cpx, dpx = max(n // 2, 1), max(n // 4, 0)
+    gpus: list[Any] = [
+        {
+            "model": shape.model,
+            "count": cpx,
+            "owner": team.name,
+            "partition": {"compute": "CPX", "memory": "NPS4"},
+        }
+    ]
+    if dpx:
+        gpus.append({"model": shape.model, "count": dpx, "owner": team.name, "partition": {"compute": "DPX"}})
+    if n - cpx - dpx > 0:
+        gpus.append({"model": shape.model, "count": n - cpx - dpx, "owner": team.name})
+    others = tenants or [team]
+    workloads: list[dict[str, Any]] = []
+    for g in range(cpx):
+        t = others[g % len(others)]
+        workloads.append(
+            {
+                "name": f"{t.name}-small-{g}",
+                "kind": "inference",
+                "user": t.service or t.users[0],
+                "tenant": t.name,
+                "gpu": g,
+                "memory": "45%",
+                "limiter": True,
+                "command": "vllm serve --tensor-parallel-size 1 small-model",
+                "params": {"peak_util": 65, "night_util": 6},
+            }
+        )
+    if n - cpx - dpx > 0:
+        workloads.append(
+            {
+                "name": f"{team.name}-llm-amd",
+                "kind": "inference",
+                "user": team.service or team.users[0],
+                "gpus": list(range(cpx + dpx, n)),
+                "memory": "85%",
+                "command": "vllm serve --tensor-parallel-size 2 large-model",
+                "params": {"peak_util": 85, "night_util": 10},
+            }
+        )
+    return gpus, workloads, f"{team.name}: MI300X node carved into partitions, serving other teams"
+
+
+def _mixed(nodes: int, seed: int, epoch: float, utc_offset: str) -> SimFleetPlan:
+    people = _People()
+    for team in _MIXED_TEAMS:
+        people.add(team)
+    counters: dict[str, int] = {}
+    out: list[SimNode] = []
+    tenants = [people.teams[t] for t in ("chat", "vision", "research")]
+    for i in range(nodes):
+        team_name, profile, shape = _MIXED_NODES[i % len(_MIXED_NODES)]
+        team = people.teams[team_name]
+        counters[team_name] = counters.get(team_name, 0) + 1
+        name = f"sim-{team_name}-{counters[team_name]:02d}"
+        if shape.model not in AMD_MODELS:
+            out.append(_node(name, team, profile, shape, people, tenants, "mixed", seed, epoch, utc_offset))
+            continue
+        if profile == "partitioned":
+            gpus, workloads, description = _partitioned(name, team, shape, tenants)
+        else:
+            gpus, workloads, description = _TEMPLATES[profile](name, team, shape)
+        spec = _spec(name, seed, epoch, utc_offset, people, gpus, workloads, description, _AMD_DRIVER, _ROCM)
+        labels = (("scenario", "mixed"), ("profile", profile), ("gpu", shape.model), ("vendor", "amd"))
+        out.append(SimNode(name, team.name, profile, spec, labels))
+    return SimFleetPlan("mixed", seed, epoch, _teams_in(out, _MIXED_TEAMS), tuple(out))
+
+
 # ---- entry ---------------------------------------------------------------------------------------
 
 
@@ -605,4 +706,6 @@ def build_fleet(
         raise ScenarioError(f"--seed must be a non-negative integer (got {seed!r})")
     if scenario == "silos":
         return _silos(count, seed, float(epoch), utc_offset)
+    if scenario == "mixed":
+        return _mixed(count, seed, float(epoch), utc_offset)
     return _large(count, seed, float(epoch), utc_offset)

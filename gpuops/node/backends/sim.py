@@ -23,6 +23,7 @@ from gpuops.core.model import (
     Node,
     NodeSample,
     NotAvailable,
+    PartitionState,
 )
 from gpuops.node.backends.base import (
     Backend,
@@ -34,7 +35,7 @@ from gpuops.node.backends.base import (
 )
 from gpuops.node.mps import InMemoryMpsControl, MpsControl
 from gpuops.node.sim import workloads as wl
-from gpuops.node.sim.device import Hardware, SimDevice, hashed_uuid
+from gpuops.node.sim.device import Hardware, SimDevice, device_uuid
 from gpuops.node.sim.spec import SimSpec, SpecError, WorkloadSpec, load_spec, resolve_compute_profile
 
 STATE_VERSION = 1
@@ -144,7 +145,7 @@ class SimBackend(Backend):
         spec = self._spec
         devices = []
         for g in spec.gpus:
-            uuid = hashed_uuid("GPU", spec.hostname, self._seed, g.index, g.hardware.key)
+            uuid = device_uuid(g.hardware, spec.hostname, self._seed, g.index, g.hardware.key)
             device = SimDevice(
                 index=g.index,
                 hardware=g.hardware,
@@ -154,6 +155,8 @@ class SimBackend(Backend):
                 mig_enabled=g.mig_enabled,
                 mig_pending=g.mig_pending,
                 unsupported=g.unsupported,
+                compute_mode=g.compute_mode,
+                memory_mode=g.memory_mode,
             )
             for i, entry in enumerate(g.layout):
                 model = g.hardware.mig
@@ -512,7 +515,7 @@ class SimBackend(Backend):
 
     # ---- Backend: inventory and samples ----------------------------------------------------
     def capabilities(self) -> Tuple[str, ...]:
-        return ("inventory", "sample", "mig-control", "gpu-reset", "workloads")
+        return ("inventory", "sample", "mig-control", "gpu-reset", "workloads", "partition-control")
 
     def close(self) -> None:
         self._closed = True
@@ -528,7 +531,14 @@ class SimBackend(Backend):
             gpus = []
             for d in self._devices:
                 lost = self._lost(d.index, t)
-                gpus.append(Gpu(info=d.info(lost), mig=None if lost else d.mig_state(), owner=d.owner))
+                gpus.append(
+                    Gpu(
+                        info=d.info(lost),
+                        mig=None if lost else d.mig_state(),
+                        owner=d.owner,
+                        partition=d.partition_state() if d.partitioned else None,
+                    )
+                )
             return Node(
                 hostname=self._spec.hostname,
                 backend=self.name,
@@ -636,6 +646,7 @@ class SimBackend(Backend):
             mig_samples=mig_samples,
             processes=processes,
             owner=device.owner,
+            partition=device.partition_state() if device.partitioned else None,
         )
 
     def _allocate(self, device: SimDevice, procs: Sequence[_Proc]) -> List[int]:
@@ -793,6 +804,14 @@ class SimBackend(Backend):
                 compute_instance_id,
                 busy=self._busy(gpu, gi=gpu_instance_id, ci=compute_instance_id),
             )
+
+    # ---- Backend: partition modes (AMD) -------------------------------------------------------
+    def set_partition(
+        self, gpu: int, compute_mode: Optional[str] = None, memory_mode: Optional[str] = None
+    ) -> PartitionState:
+        with self._lock:
+            device = self._mig_device(gpu)
+            return device.set_partition(compute_mode, memory_mode, busy=self._busy(gpu))
 
     # ---- state export / import --------------------------------------------------------------
     def export_state(self) -> Dict[str, Any]:

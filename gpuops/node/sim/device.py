@@ -12,6 +12,9 @@ The MIG rules (profiles, placements, the driver's default placement order) all c
 - Compute instances: the same inside a GPU instance's compute slices.
 - Destroying: IN_USE while processes run on the instance, or (GPU instance) while it has
   compute instances.
+- Partition modes (AMD Instinct MI300 class, no MIG): NOT_SUPPORTED on GPUs without them,
+  INVALID_ARGUMENT for a mode the model does not take, IN_USE with processes on the GPU, as the
+  amd backend refuses before amdsmi would answer BUSY.
 
 Whether processes run is the caller's knowledge (the backend's workloads), passed in as `busy`.
 The state exports to, and imports from, JSON-ready dicts.
@@ -38,7 +41,10 @@ from gpuops.core.model import (
     GpuInstance,
     MigState,
     NotAvailable,
+    PartitionState,
 )
+from gpuops.core.partition_catalog import PARTITION_MODELS, PartitionModel
+from gpuops.core.vendor import AMD_VENDOR_ID
 from gpuops.node.backends.base import BackendError, MigModeChange
 
 MIB = 1024 * 1024
@@ -62,6 +68,11 @@ class Hardware:
     memory_clock_mhz: int
     idle_memory_clock_mhz: int  # GDDR parts drop their memory clock at idle; HBM parts do not
     mig: Optional[MigModel] = None
+    partition: Optional[PartitionModel] = None  # AMD's mode partitions (core/partition_catalog.py)
+
+    @property
+    def amd(self) -> bool:
+        return self.pci_device_id & 0xFFFF == AMD_VENDOR_ID
 
     @property
     def memory_total_bytes(self) -> int:
@@ -100,6 +111,26 @@ _PLAIN_ROWS: Tuple[_PlainRow, ...] = (
      877),
 )  # fmt: skip
 PLAIN_MODELS: Dict[str, Hardware] = {row[0]: Hardware(*row) for row in _PLAIN_ROWS}
+
+# AMD Instinct, as amdsmi reports it: 192 GB HBM3 (amdsmi's VRAM total is 196592 MiB, the rest
+# reserved by the driver), 304 compute units, a 750 W socket (OAM module), GFX clock up to
+# 2100 MHz, HBM3 at a fixed 1300 MHz. The sim's physics uses the 750 W as its ceiling; the GPU
+# reports no power limit (docs/backends.md: amdsmi's power_limit units differ between releases).
+PLAIN_MODELS["MI300X"] = Hardware(
+    key="MI300X",
+    name="AMD Instinct MI300X",
+    pci_device_id=(0x74A1 << 16) | AMD_VENDOR_ID,
+    memory_total_mib=196592,
+    multiprocessor_count=304,
+    architecture="cdna3",
+    power_limit_watts=750.0,
+    idle_watts=140.0,
+    max_sm_clock_mhz=2100,
+    idle_sm_clock_mhz=132,
+    memory_clock_mhz=1300,
+    idle_memory_clock_mhz=1300,
+    partition=PARTITION_MODELS["MI300X"],
+)
 
 
 def known_models() -> Tuple[str, ...]:
@@ -165,9 +196,26 @@ def hashed_uuid(prefix: str, *key: object) -> str:
 _HGX_BUSES = (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD)
 
 
-def pci_bus_id(index: int) -> str:
+# Bus numbers of an 8-GPU MI300X platform (one OAM module per root port).
+_OAM_BUSES = (0x0C, 0x22, 0x38, 0x5C, 0x9F, 0xAF, 0xBF, 0xDF)
+
+
+def pci_bus_id(index: int, amd: bool = False) -> str:
+    """NVML's form (00000000:07:00.0), or amdsmi's (0000:0c:00.0) for AMD GPUs."""
+    if amd:
+        bus = _OAM_BUSES[index] if index < len(_OAM_BUSES) else 0xE0 + index
+        return "0000:%02x:00.0" % (bus % 256)
     bus = _HGX_BUSES[index] if index < len(_HGX_BUSES) else 0xC0 + index
     return "00000000:%02X:00.0" % (bus % 256)
+
+
+def device_uuid(hardware: Hardware, *key: object) -> str:
+    """A GPU's stable UUID in its vendor's form: NVML's "GPU-8c0c5d4e-...", amdsmi's bare
+    "8c0c74a1-...." (AMD's carry the device id in the first group, as real MI300X UUIDs do)."""
+    if not hardware.amd:
+        return hashed_uuid("GPU", *key)
+    bare = hashed_uuid("X", *key)[2:]
+    return "%s%04x%s" % (bare[:4], (hardware.pci_device_id >> 16) & 0xFFFF, bare[8:])
 
 
 def driver_major(version: str) -> int:
@@ -230,11 +278,13 @@ class SimDevice:
         mig_pending: Optional[bool] = None,
         lost: bool = False,
         unsupported: Sequence[str] = (),
+        compute_mode: Optional[str] = None,
+        memory_mode: Optional[str] = None,
     ) -> None:
         self.index = index
         self.hardware = hardware
         self.uuid = uuid
-        self.pci_bus_id = pci_bus_id(index)
+        self.pci_bus_id = pci_bus_id(index, hardware.amd)
         self.driver_version = driver_version
         self.owner = owner
         self.unsupported = frozenset(unsupported)
@@ -249,6 +299,10 @@ class SimDevice:
         self._mig_pending = self._mig_current if mig_pending is None or not capable else bool(mig_pending)
         self.serial = 0  # counts creations, so a re-created MIG device gets a new UUID
         self._gis: Dict[int, _Gi] = {}
+        part = hardware.partition
+        # The modes a GPU comes up in: one logical GPU, one memory pool (AMD's defaults).
+        self._compute_mode = compute_mode or (next(iter(part.compute)) if part is not None else "")
+        self._memory_mode = memory_mode or (part.memory[0] if part is not None else "")
 
     def _changed(self) -> None:
         self.version += 1
@@ -317,10 +371,68 @@ class SimDevice:
                 lost
                 if is_lost
                 else NotAvailable("NOT_SUPPORTED")
-                if "power_limit" in self.unsupported
+                if "power_limit" in self.unsupported or hw.amd
                 else hw.power_limit_watts
             ),
         )
+
+    @property
+    def partitioned(self) -> bool:
+        return self.hardware.partition is not None
+
+    def partition_state(self) -> Optional[PartitionState]:
+        """The modes of a GPU split by modes (AMD); None for other GPUs and lost ones. The same
+        (frozen) object until the modes change."""
+        part = self.hardware.partition
+        if part is None or self._lost:
+            return None
+        state = self._derived.get("partition")
+        if state is None:
+            state = self._derived["partition"] = PartitionState(
+                compute_mode=self._compute_mode,
+                memory_mode=self._memory_mode,
+                compute_modes=tuple(part.compute),
+                memory_modes=part.memory,
+                partitions=part.compute.get(self._compute_mode, 1),
+            )
+        return state
+
+    def set_partition(
+        self, compute_mode: Optional[str], memory_mode: Optional[str], busy: bool
+    ) -> PartitionState:
+        """The amd backend's `set_partition` (None: keep a mode): the same refusals, in its order
+        (modes checked, then idleness), and nothing changed by a refusal."""
+        self._alive()
+        part = self.hardware.partition
+        if part is None:
+            raise BackendError(
+                "NOT_SUPPORTED",
+                "%s (%s) has no partition modes: AMDSMI_STATUS_NOT_SUPPORTED"
+                % (self._where(), self.hardware.name),
+            )
+        compute = self._compute_mode if compute_mode is None else compute_mode
+        memory = self._memory_mode if memory_mode is None else memory_mode
+        if compute not in part.compute:
+            raise BackendError(
+                "INVALID_ARGUMENT",
+                "%s takes compute modes %s, not %r" % (self._where(), "/".join(part.compute), compute),
+            )
+        if memory not in part.memory:
+            raise BackendError(
+                "INVALID_ARGUMENT",
+                "%s takes memory modes %s, not %r" % (self._where(), "/".join(part.memory), memory),
+            )
+        if (compute, memory) != (self._compute_mode, self._memory_mode):
+            if busy:
+                raise BackendError(
+                    "IN_USE",
+                    "%s is in use: a partition change needs it idle (AMDSMI_STATUS_BUSY)" % self._where(),
+                )
+            self._compute_mode, self._memory_mode = compute, memory
+            self._changed()
+        state = self.partition_state()
+        assert state is not None
+        return state
 
     def mig_state(self) -> Optional[MigState]:
         """None for GPUs without MIG, and for lost GPUs (NVML cannot say). The same (frozen)
@@ -643,6 +755,11 @@ class SimDevice:
             "mig_current": self.mig_current,
             "mig_pending": self.mig_pending,
             "serial": self.serial,
+            **(
+                {"partition": {"compute": self._compute_mode, "memory": self._memory_mode}}
+                if self.partitioned
+                else {}
+            ),
             "gpu_instances": [
                 {
                     "id": gi.id,
@@ -661,13 +778,26 @@ class SimDevice:
         """Restore an exported state; the layout is re-checked, so a bad state raises ValueError
         and leaves the device as it was."""
         saved = (self.lost, self.mig_current, self.mig_pending, self.serial, self._gis)
+        modes = (self._compute_mode, self._memory_mode)
         try:
             self._import(data)
         except (BackendError, KeyError, TypeError, ValueError) as exc:
             self.lost, self.mig_current, self.mig_pending, self.serial, self._gis = saved
+            self._compute_mode, self._memory_mode = modes
             raise ValueError("GPU %d state: %s" % (self.index, exc)) from None
         finally:
             self._changed()  # ids and UUIDs were rewritten in place
+
+    def _import_partition(self, value: Any) -> None:
+        part = self.hardware.partition
+        if value is None:
+            return
+        if part is None or not isinstance(value, dict):
+            raise ValueError("partition: only AMD GPUs with partition modes have one (an object)")
+        compute, memory = value.get("compute"), value.get("memory")
+        if compute not in part.compute or memory not in part.memory:
+            raise ValueError("partition: %r/%r is not a mode pair %s takes" % (compute, memory, part.key))
+        self._compute_mode, self._memory_mode = compute, memory
 
     def _import(self, data: Mapping[str, Any]) -> None:
         def flag(name: str) -> bool:
@@ -684,6 +814,7 @@ class SimDevice:
 
         if data.get("uuid", self.uuid) != self.uuid:
             raise ValueError("uuid %r is not this GPU's (%s)" % (data.get("uuid"), self.uuid))
+        self._import_partition(data.get("partition"))
         self.lost = flag("lost")
         self.mig_current = flag("mig_current") and self.mig_capable
         self.mig_pending = flag("mig_pending") and self.mig_capable

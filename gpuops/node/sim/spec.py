@@ -103,6 +103,8 @@ class GpuSpec:
     lost_at: Optional[float]  # seconds after the epoch
     unsupported: Tuple[str, ...]
     path: str
+    compute_mode: Optional[str] = None  # AMD partition modes; None: the model's default (SPX, NPS1)
+    memory_mode: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -301,7 +303,8 @@ TOP_KEYS = (
     "gpus",
     "workloads",
 )
-GPU_KEYS = ("model", "count", "owner", "mig", "lost", "lost_at", "unsupported")
+GPU_KEYS = ("model", "count", "owner", "mig", "partition", "lost", "lost_at", "unsupported")
+PARTITION_KEYS = ("compute", "memory")
 MIG_KEYS = ("enabled", "pending", "layout")
 INSTANCE_KEYS = ("profile", "start", "compute_instances")
 WORKLOAD_KEYS = (
@@ -445,6 +448,11 @@ def _parse_gpus(value: Any, path: str, tenants: Mapping[str, Tuple[str, ...]]) -
                     _join(where, "owner"), "unknown team %r (known: %s)" % (owner, ", ".join(sorted(tenants)))
                 )
         enabled, pending, layout = _parse_mig(item.get("mig", False), _join(where, "mig"), hardware)
+        compute_mode, memory_mode = (
+            _parse_partition(item["partition"], _join(where, "partition"), hardware)
+            if "partition" in item
+            else (None, None)
+        )
         lost = _bool(item.get("lost", False), _join(where, "lost"))
         lost_at = _offset_time(item["lost_at"], _join(where, "lost_at")) if "lost_at" in item else None
         unsupported: List[str] = []
@@ -466,9 +474,32 @@ def _parse_gpus(value: Any, path: str, tenants: Mapping[str, Tuple[str, ...]]) -
                     lost_at=lost_at,
                     unsupported=tuple(unsupported),
                     path=where,
+                    compute_mode=compute_mode,
+                    memory_mode=memory_mode,
                 )
             )
     return tuple(out)
+
+
+def _parse_partition(value: Any, path: str, hardware: Hardware) -> Tuple[Optional[str], Optional[str]]:
+    """{"compute": "CPX", "memory": "NPS4"} on a GPU with partition modes; either may be left out."""
+    item = _object(value, path, PARTITION_KEYS)
+    model = hardware.partition
+    if model is None:
+        _fail(path, "%s has no partition modes (AMD Instinct MI300 class only)" % hardware.name)
+    modes: List[Optional[str]] = []
+    for key, known in (("compute", tuple(model.compute)), ("memory", model.memory)):
+        if key not in item:
+            modes.append(None)
+            continue
+        mode = _string(item[key], _join(path, key))
+        if mode not in known:
+            _fail(
+                _join(path, key),
+                "%s has no %s mode %r (known: %s)" % (model.key, key, mode[:20], ", ".join(known)),
+            )
+        modes.append(mode)
+    return modes[0], modes[1]
 
 
 def _parse_mig(
