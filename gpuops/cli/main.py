@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 from typer.main import get_group
 
+import gpuops
 from gpuops.cli import output
 
 
@@ -128,6 +129,32 @@ def load_module_commands(module: str) -> dict[str, Any]:
     return dict(get_group(scratch).commands)
 
 
+# Typer's help names every option's Python type (`--json <bool>`, `--backend <str>`), which reads
+# as if a flag took a value. Help shows what click (and argparse) show instead: nothing after a
+# flag, an upper-case placeholder after an option that takes a value.
+_CLICK_METAVARS = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "bool": "BOOLEAN"}
+
+
+def _plain_metavar(option: TyperOption, ctx: Any) -> None:
+    if option.metavar is not None:
+        return
+    if option.is_flag or option.count:
+        option.metavar = ""
+        return
+    shown = option.display_type_rich(ctx) or ""
+    inner = shown[1:-1] if shown.startswith("<") and shown.endswith(">") else shown
+    option.metavar = f"[{inner}]" if "|" in inner else _CLICK_METAVARS.get(inner, inner.upper())
+
+
+def plain_metavars(command: Any, ctx: Any) -> None:
+    """Every option of a command and of its subcommands, the help option included."""
+    for param in [*command.params, command.get_help_option(ctx)]:
+        if isinstance(param, TyperOption):
+            _plain_metavar(param, ctx)
+    for sub in getattr(command, "commands", {}).values():
+        plain_metavars(sub, ctx)
+
+
 class LazyCommands(TyperGroup):
     """Lists every command from COMMANDS; imports a command's module only to run it or show its
     own help. Until then the listing holds a command that carries the summary alone."""
@@ -138,16 +165,37 @@ class LazyCommands(TyperGroup):
             self.commands.setdefault(entry.name, TyperCommand(name=entry.name, help=entry.summary))
         self._loaded: set[str] = set()
 
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            if isinstance(param, TyperOption):
+                _plain_metavar(param, ctx)
+        return params
+
     def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
         module = _MODULE_OF.get(args[0]) if args else None
         if module is not None and module not in self._loaded:
             # A module registers its commands as a set (spec: validate, schema, import).
-            self.commands.update(load_module_commands(module))
+            loaded = load_module_commands(module)
+            for command in loaded.values():
+                plain_metavars(command, ctx)
+            self.commands.update(loaded)
             self._loaded.add(module)
         return super().resolve_command(ctx, args)
 
 
-def _root() -> None:
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"gpuops {gpuops.__version__}")
+        raise typer.Exit()
+
+
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
     """Monitor, carve and pool GPU servers across teams."""
 
 
@@ -158,6 +206,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     cls=LazyCommands,
+    # Inherited by every command's context, so `gpuops <command> -h` works as well.
+    context_settings={"help_option_names": ["-h", "--help"]},
     # A group needs a callback to be one when no command is registered up front.
     callback=_root,
 )
