@@ -341,6 +341,8 @@ class Inspector(Static):
             text.append(" · MIG mode on, no GPU instance")
         elif cell.kind == LOST:
             text.append(" · GPU lost (GPU_IS_LOST: fell off the bus?)", style="bold red")
+        elif cell.profile:
+            text.append(f" · partition {cell.profile}")
         text.append(f" · owner {cell.owner or 'none'}")
         if cell.kind not in (FREE, EMPTY_MIG, LOST):
             if cell.kind != SLICE:

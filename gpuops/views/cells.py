@@ -21,6 +21,7 @@ from gpuops.views.common import (
     short_model,
     whole_gpu_state,
 )
+from gpuops.views.partition import partition_label
 
 # Cell kinds
 GPU, SLICE, FREE, LOST, EMPTY_MIG = "gpu", "slice", "free", "lost", "mig"
@@ -36,7 +37,7 @@ class Cell(NamedTuple):
     owner: str | None
     model: str  # short model name
     instance: int | None = None  # MIG GPU instance id
-    profile: str = ""  # MIG profile ("3g.40gb"); "" for a whole GPU
+    profile: str = ""  # MIG profile ("3g.40gb"), an AMD GPU's partition modes ("CPX/NPS4"); else ""
     util: float | None = None  # percent (a slice's: its SMs, NVML's GPM); None where not reported
     memory: float | None = None  # percent of the GPU's (or slice's) memory in use
     memory_used: int | None = None
@@ -114,8 +115,10 @@ def gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> list[Cell]:
             cells.append(Cell(node, index, FREE, owner, model, profile="free", fraction=free))
         return cells
     s = gpu.sample
+    modes = partition_label(gpu)
     if s is None:
-        return [Cell(node, index, GPU, owner, model, memory_total=as_int(gpu.info.memory_total_bytes))]
+        total = as_int(gpu.info.memory_total_bytes)
+        return [Cell(node, index, GPU, owner, model, profile=modes, memory_total=total)]
     used_bytes, total_bytes = as_int(s.memory_used_bytes), as_int(s.memory_total_bytes)
     gpu_procs = gpu.processes
     state = whole_gpu_state(gpu)
@@ -126,6 +129,7 @@ def gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> list[Cell]:
             GPU,
             owner,
             model,
+            profile=modes,
             util=as_float(s.utilization_gpu_percent),
             memory=percent_of(used_bytes, total_bytes),
             memory_used=used_bytes,

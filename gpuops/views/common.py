@@ -19,8 +19,9 @@ BUSY, HELD, FREE = "busy", "held", "free"
 
 @lru_cache(maxsize=256)
 def short_model(name: str) -> str:
-    """'NVIDIA A100-SXM4-80GB' -> 'A100-80GB': enough to tell cards apart in a dense table."""
-    short = name.removeprefix("NVIDIA ")
+    """'NVIDIA A100-SXM4-80GB' -> 'A100-80GB', 'AMD Instinct MI300X' -> 'MI300X': enough to tell
+    cards apart in a dense table."""
+    short = name.removeprefix("NVIDIA ").removeprefix("AMD Instinct ")
     for form in ("-SXM4", "-SXM5", "-SXM2", "-PCIE", " PCIe", " NVL"):
         short = short.replace(form, "")
     return short

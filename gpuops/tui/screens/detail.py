@@ -16,6 +16,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from gpuops.core.model import Gpu, HealthEvent
+from gpuops.core.vendor import runtime_name, unit_name
 from gpuops.fleet.collector import LIVE, NodeView
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui import render
@@ -28,6 +29,7 @@ from gpuops.views.common import as_float, mig_active, short_model
 from gpuops.views.detail import SliceSpan, find_gpu, mig_layout, process_rows
 from gpuops.views.events import xid_summary
 from gpuops.views.gpu_history import NOT_SENT, GpuHistory, health_counts
+from gpuops.views.partition import partition_column, partition_summary
 
 GPU_COLUMNS = (
     Column("GPU", "gpu", "right"),
@@ -88,7 +90,8 @@ def node_header(view: NodeView, now: float) -> Text:
         if inv.driver_version:
             text.append(f" · driver {inv.driver_version}")
         if inv.cuda_driver_version:
-            text.append(f" · CUDA {inv.cuda_driver_version}")
+            runtime = runtime_name((g.info for g in inv.gpus), inv.backend)
+            text.append(f" · {runtime} {inv.cuda_driver_version}")
     return text
 
 
@@ -227,7 +230,7 @@ def gpu_panel(
         )
         facts.add_row("temperature", fmt.celsius(s.temperature_celsius))
         facts.add_row("clocks", f"SM {fmt.mhz(s.sm_clock_mhz)} · memory {fmt.mhz(s.memory_clock_mhz)}")
-    facts.add_row("SMs", fmt.metric(gpu.info.multiprocessor_count, str))
+    facts.add_row(unit_name(gpu.info), fmt.metric(gpu.info.multiprocessor_count, str))
     facts.add_row("XID errors", xid_summary(view.sample.health if view.sample else None, gpu.info.index))
     for name, value in health_rows(view, gpu, events):
         facts.add_row(name, value)
@@ -236,7 +239,9 @@ def gpu_panel(
     parts.append(facts)
     parts.extend(trend_lines(history, view.name, gpu))
     mig = gpu.mig
-    if mig is None:
+    if gpu.partition is not None:
+        parts.append(Text(f"Partition: {partition_summary(gpu.partition)}", style="bold"))
+    elif mig is None:
         parts.append(Text("MIG: not supported by this GPU", style="dim"))
     else:
         mode = "on" if mig.current else "off"
@@ -301,7 +306,7 @@ class DetailScreen(ViewScreen):
         ("Temp", "GPU temperature"),
         ("SM clock", "SM clock"),
         ("Mem clock", "memory clock"),
-        ("MIG", "MIG mode and how many GPU instances"),
+        ("MIG", "MIG mode and how many GPU instances; AMD: partition modes, compute (logical GPUs) / memory"),
         ("Procs", "processes on the GPU; n/a where the node could not list them"),
         ("XID", "XID errors since the node's agent started listening; '-': not reported"),
         ("history", "the panel's sparklines: utilization, memory, power, temperature over the session"),
@@ -364,6 +369,8 @@ class DetailScreen(ViewScreen):
         mig = "-"
         if gpu.mig is not None:
             mig = f"on ({len(gpu.mig.gpu_instances)} GI)" if gpu.mig.current else "off"
+        elif gpu.partition is not None:
+            mig = partition_column(gpu.partition)
         return (
             str(gpu.info.index),
             short_model(gpu.info.name),
