@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Group
+from rich import box
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -110,12 +112,27 @@ def teams_table(snapshot: FleetSnapshot, fleet: Fleet) -> Table:
     return table
 
 
-def nodes_table(snapshot: FleetSnapshot) -> Table:
-    live, stale, down = snapshot.count(LIVE), snapshot.count(STALE), snapshot.count(UNREACHABLE)
-    title = (
-        f"{len(snapshot.nodes)} nodes: {live} live, {stale} stale, {down} unreachable"
-        f" · interval {format_duration(snapshot.interval)}"
-    )
+def nodes_table(snapshot: FleetSnapshot, console: Console, live: bool = False) -> RenderableType:
+    """The nodes table, as wide as the console allows. When the reasons do not fit beside the
+    other columns they are written under the table, one line per node, so that a long reason never
+    narrows the states, names and figures ('unreacha…'). The refresh interval is named only for a
+    live view (`status`), where it is how often the table changes."""
+    table = _nodes_table(snapshot, live, reasons=True)
+    if Measurement.get(console, console.options.update_width(1 << 16), table).maximum <= console.width:
+        return table
+    notes = [
+        Text(f"{s.name}: {s.reason}", style=_STATE_STYLE.get(s.state, ""))  # a node's words, never markup
+        for s in (node_summary(v, snapshot.time) for v in sorted(snapshot.nodes, key=lambda v: v.name))
+        if s.state != LIVE and s.reason
+    ]
+    return Group(_nodes_table(snapshot, live, reasons=False), *notes)
+
+
+def _nodes_table(snapshot: FleetSnapshot, live: bool, reasons: bool) -> Table:
+    up, stale, down = snapshot.count(LIVE), snapshot.count(STALE), snapshot.count(UNREACHABLE)
+    title = f"{len(snapshot.nodes)} nodes: {up} live, {stale} stale, {down} unreachable"
+    if live:
+        title += f" · interval {format_duration(snapshot.interval)}"
     health = snapshot.source
     if health is not None:  # the source between us and the nodes, and how it is doing
         title += f" · from {health.kind} {health.where}"
@@ -123,33 +140,54 @@ def nodes_table(snapshot: FleetSnapshot) -> Table:
             title += f": [bold red]source unreachable[/] ({escape(health.reason)})"
         elif health.warnings:
             title += f": [yellow]partial[/] ({escape(health.warnings[0])})"
-    table = Table(title=title, title_justify="left")
     # The way to each node, when some are reached through jump hosts (ProxyJump, jump_host).
     via = any(v.route not in ("", "direct") for v in snapshot.nodes)
     # Which agent each node runs, once some node runs its installed one rather than the zipapp.
     agent = any(v.agent not in ("", PUSHED) for v in snapshot.nodes)
-    columns = ("Node", "State", "Age", "Owner", "GPUs", "Busy", "Util", "Memory", "Procs", "Reason")
-    for column in (*columns, *(("Via",) if via else ()), *(("Agent",) if agent else ())):
-        # Figures never shrink; names, models and reasons give way on narrow terminals.
-        flexible = column in ("Node", "Owner", "GPUs", "Reason", "Via", "Agent")
-        table.add_column(column, no_wrap=True, min_width=None if flexible else len(column))
+    columns: tuple[str, ...] = ("Node", "State", "Age", "Owner", "GPUs", "Busy", "Util", "Memory", "Procs")
+    columns += ("Reason",) if reasons else ()
+    columns += ("Via",) if via else ()
+    columns += ("Agent",) if agent else ()
+    rows: list[list[Text]] = []
     for view in sorted(snapshot.nodes, key=lambda v: v.name):
         s = node_summary(view, snapshot.time)
-        style = _STATE_STYLE.get(s.state, "")
-        table.add_row(
-            s.name,
-            f"[{style}]{s.state}[/]" if style else s.state,
-            format_duration(s.age) if s.age is not None else "",
-            s.owner or "",
+        cells = [
+            Text(s.name),
+            Text(s.state, style=_STATE_STYLE.get(s.state, "")),
+            Text(format_duration(s.age) if s.age is not None else ""),
+            Text(s.owner or ""),
             Text(s.models or ""),  # GPU names are the node's words too
-            f"{s.busy}/{s.gpus}" if s.gpus else "",
-            render.percent(s.utilization_percent) if s.utilization_percent is not None else render.NA,
-            _share(s.memory_used_bytes, s.memory_total_bytes),
-            str(s.processes),
-            Text(s.reason if s.state != LIVE else ""),  # a node's words, never markup
-            *((view.route if view.route != "direct" else "",) if via else ()),
-            *((view.agent,) if agent else ()),
+            Text(f"{s.busy}/{s.gpus}" if s.gpus else ""),
+            Text(render.percent(s.utilization_percent) if s.utilization_percent is not None else render.NA),
+            Text(_share(s.memory_used_bytes, s.memory_total_bytes)),
+            Text(str(s.processes)),
+        ]
+        if reasons:
+            cells.append(Text(s.reason if s.state != LIVE else ""))  # a node's words, never markup
+        if via:
+            cells.append(Text(view.route if view.route != "direct" else ""))
+        if agent:
+            cells.append(Text(view.agent))
+        rows.append(cells)
+    if reasons:
+        table = Table(title=title, title_justify="left")
+    else:  # already too narrow for every column: lines under the header only, one space between
+        table = Table(
+            title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0)
         )
+    for i, column in enumerate(columns):
+        # Only the free texts wrap (in their own column); every other column keeps the width of its
+        # longest cell, which rich would otherwise cut like any other when the table is too wide.
+        wraps = column in ("GPUs", "Reason", "Via", "Agent")
+        widest = max([len(column), *(r[i].cell_len for r in rows)])
+        table.add_column(
+            column,
+            no_wrap=not wraps,
+            overflow="fold" if wraps else "ellipsis",
+            min_width=len(column) if wraps else widest,
+        )
+    for cells in rows:
+        table.add_row(*cells)
     return table
 
 
@@ -229,7 +267,7 @@ def discover_fleet(
         typer.echo(json.dumps(snapshot_json(snapshot, fleet), indent=2))
     else:
         console = CliConsole()
-        console.print(nodes_table(snapshot))
+        console.print(nodes_table(snapshot, console))
         console.print(teams_table(snapshot, fleet))
         for v in sorted(snapshot.nodes, key=lambda v: v.name):
             for line in v.hello.interrupted if v.hello else ():
@@ -295,7 +333,8 @@ async def run_live(
             refreshes = 0
             while True:
                 snapshot = collector.snapshot()
-                live.update(Group(nodes_table(snapshot), teams_table(snapshot, fleet)), refresh=True)
+                table = nodes_table(snapshot, console, live=True)
+                live.update(Group(table, teams_table(snapshot, fleet)), refresh=True)
                 refreshes += 1
                 if count is not None and refreshes >= count:
                     return
