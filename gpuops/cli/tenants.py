@@ -104,10 +104,16 @@ def _evidence(fleet: Fleet, window_text: str, parallel: int, url: str | None = N
     if url is not None:
         histories = asyncio.run(_prometheus_histories(url, fleet, window, now))
     else:
+        # Imported here: the import lines belong to the CLI's lazy start-up (cli/main.py).
+        from gpuops.cli.read_progress import read_progress
+
         targets = node_targets(fleet)
-        histories = asyncio.run(
-            read_histories(targets, window, now, parallel=parallel, handshakes=fleet.max_handshakes)
-        )
+        with read_progress(len(targets), f"reading {window.text} of history") as done:
+            histories = asyncio.run(
+                read_histories(
+                    targets, window, now, parallel=parallel, handshakes=fleet.max_handshakes, done=done
+                )
+            )
     evidence = gather_evidence(fleet, histories, window, now)
     missing = {**no_history(histories), **evidence.missing}
     return dataclasses.replace(evidence, missing=missing)

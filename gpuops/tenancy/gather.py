@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import Callable
 
 from gpuops.core.history import History
 from gpuops.fleet.agent_client import AgentError
@@ -36,16 +37,30 @@ async def read_history(
         return str(exc) or type(exc).__name__
 
 
+# Called as each node's read ends (its name, what it gave), for progress: the CLI's bar, the Pool
+# screen's line. A cold read of a week on hundreds of nodes takes long enough to need one.
+Done = Callable[[str, "History | str"], None]
+
+
 async def read_histories(
-    targets: list[NodeTarget], window: Window, now: float, parallel: int = 32, handshakes: int = 32
+    targets: list[NodeTarget],
+    window: Window,
+    now: float,
+    parallel: int = 32,
+    handshakes: int = 32,
+    done: Done | None = None,
 ) -> dict[str, History | str]:
-    """Every node's history (or the reason it has none), `parallel` at a time, in target order."""
+    """Every node's history (or the reason it has none), `parallel` at a time, in target order;
+    `done` is told of each node as it ends, in the order they end."""
     slots = asyncio.Semaphore(max(1, parallel))
     shakes = asyncio.Semaphore(max(1, handshakes))
 
     async def one(target: NodeTarget) -> History | str:
         async with slots:
-            return await read_history(target, window, now, shakes)
+            result = await read_history(target, window, now, shakes)
+        if done is not None:
+            done(target.name, result)
+        return result
 
     # Replies are parsed into millions of containers, which live on as decoded histories until
     # the accounting. Each time enough of them have survived, the cyclic collector walks the

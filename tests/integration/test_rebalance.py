@@ -57,7 +57,6 @@ def test_rebalance_proposal_plans_applies_and_converges(fleet: Launched) -> None
     assert {("sim-robotics-01", i) for i in range(8)} <= moved
     assert {("sim-analytics-01", i) for i in range(4)} <= moved
     assert not any(node == "sim-speech-01" for node, _ in moved)  # busy cards stay in their silo
-    guarantees = {g["team"]: g for g in doc["guarantees"]}
     # the saturated teams (76 and 74 GiB processes) are granted whole GPUs only where their work
     # fits: the pool's one 80 GiB card (the others have 40 or 48 GiB), the rest left out, said
     assert sum(g["units"] for g in doc["guarantees"] if g["granted"]) == 100
@@ -146,3 +145,66 @@ def test_rebalance_over_7d_places_no_team_where_its_work_cannot_run(fleet: Launc
         assert round(g["share"] * 10) == g["share"] * 10, g  # the limiter's 0.1% steps
     for donor in ("robotics", "analytics"):
         assert any(line.startswith(f"{donor} gives ") for line in doc["explanation"]), donor
+
+
+def _on_a_pty(*args: str, timeout: float = 120) -> tuple[int, str, str]:
+    """gpuops with stderr on a pseudo-terminal (stdout a pipe): exit code, stdout, what the
+    terminal got. Bounded: killed after `timeout` seconds."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    main, child = pty.openpty()
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(Path.home()),
+        "TERM": "xterm",
+        "COLUMNS": "120",
+        "NO_COLOR": "1",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuops", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=child,
+        env=env,
+    )
+    os.close(child)
+    seen = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # the child closed its end
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            elif proc.poll() is not None:
+                break
+        out = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(main)
+    return proc.returncode, out.decode(), seen.decode(errors="replace")
+
+
+def test_history_read_shows_progress_on_a_terminal_only(fleet: Launched) -> None:
+    """Issue 18 item 9: a long read showed nothing. On a terminal stderr gets a progress bar
+    (nodes read of all); through a pipe stderr stays clean for scripts."""
+    path = str(fleet.dir / "fleet.yaml")
+    code, out, terminal = _on_a_pty("tenants", "-f", path, "--window", "7d", "--json")
+    assert code == 0, terminal
+    assert json.loads(out)["window"] == "7d"  # stdout is the document alone
+    assert "reading 7d of history" in terminal and "/8 nodes" in terminal, terminal
+    piped = gpuops("tenants", "-f", path, "--window", "7d", "--json")
+    assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+    code, _, terminal = _on_a_pty("rebalance", "-f", path, "--window", "7d")
+    assert code == 2 and "reading 7d of history" in terminal, terminal
