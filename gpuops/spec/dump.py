@@ -21,6 +21,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScala
 from gpuops.spec.model import Fleet
 
 _FLOW_WIDTH = 72
+_WIDTH = 110  # the emitter's line width
 # A string written bare inside `{...}` or `[...]`: ruamel writes some plain scalars there that its
 # own parser then refuses (`{description: :0}`), so a string that starts with an indicator, holds
 # a flow indicator, a colon or a comment mark, or has spaces at its ends, is written in quotes.
@@ -33,7 +34,7 @@ def yaml_writer() -> YAML:
     yaml = YAML(typ="rt", pure=True)
     yaml.preserve_quotes = True
     yaml.indent(mapping=2, sequence=4, offset=2)
-    yaml.width = 110
+    yaml.width = _WIDTH
     return yaml
 
 
@@ -85,20 +86,39 @@ def compact(value: Any) -> Any:
 
 def carve_section(entries: Sequence[dict[str, Any]]) -> CommentedSeq:
     """`carve:` entries as `gpuops export` writes them: each entry a block; a setting on one line
-    when its values are plain or all mappings of plain values; lists always on one line."""
+    when its values are plain or all mappings of plain values, and a list on one line, as long as
+    that line fits: the emitter would otherwise break it anywhere, a value from its key
+    (`class:` at the end of one line, `online}` on the next). What does not fit is a block of
+    such lines (a limiter's tenants one per line)."""
     return CommentedSeq(CommentedMap((k, _carve_value(v)) for k, v in entry.items()) for entry in entries)
 
 
 def _carve_value(value: Any) -> Any:
     if isinstance(value, dict):
-        if all(_is_plain(v) for v in value.values()) or all(
-            isinstance(v, dict) and all(_is_plain(x) for x in v.values()) for v in value.values()
+        if _fits_one_line(value) and (
+            all(_is_plain(v) for v in value.values())
+            or all(isinstance(v, dict) and all(_is_plain(x) for x in v.values()) for v in value.values())
         ):
             return flow(value)
         return CommentedMap((k, _carve_value(v)) for k, v in value.items())
     if isinstance(value, list):
-        return flow(value)
+        if _fits_one_line(value) or not all(_is_plain(v) for v in value):
+            return flow(value)
+        return CommentedSeq(value)
     return value
+
+
+# A carve setting's one-line value starts at most this far in (entry, setting and key indentation
+# and the key itself), so a value up to the rest of the emitter's width is never broken.
+_CARVE_KEY_ROOM = 30
+
+
+def _fits_one_line(value: Any) -> bool:
+    out = io.StringIO()
+    writer = yaml_writer()
+    writer.width = 1 << 20
+    writer.dump(flow(value), out)
+    return len(out.getvalue().rstrip("\n")) <= _WIDTH - _CARVE_KEY_ROOM
 
 
 def _is_plain(value: Any) -> bool:
