@@ -4,7 +4,7 @@ as far as the agent reports it (health events counted per kind, what it does not
 
 from __future__ import annotations
 
-from collections import deque
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,15 +52,55 @@ def gpu_point(gpu: Gpu) -> tuple[float | None, float | None, float | None, float
     )
 
 
+# A point is stored as four unsigned 16-bit numbers (percentages in hundredths, watts and °C in
+# tenths): 8 bytes, against ~170 for a tuple of floats, so 10k GPUs x 600 points stay ~48 MB.
+_SCALE = (100.0, 100.0, 10.0, 10.0)
+_MISSING = 0xFFFF
+
+
+def _encode(point: tuple[float | None, ...]) -> tuple[int, ...]:
+    return tuple(
+        _MISSING if v is None else max(0, min(_MISSING - 1, round(v * scale)))
+        for v, scale in zip(point, _SCALE, strict=True)
+    )
+
+
+class _Ring:
+    """The last `size` points of one GPU, oldest overwritten first."""
+
+    __slots__ = ("count", "data", "next")
+
+    def __init__(self, size: int) -> None:
+        self.data = array("H", [_MISSING]) * (size * len(SERIES))
+        self.count = 0
+        self.next = 0
+
+    def append(self, point: tuple[float | None, ...]) -> None:
+        size = len(self.data) // len(SERIES)
+        base = self.next * len(SERIES)
+        self.data[base : base + len(SERIES)] = array("H", _encode(point))
+        self.next = (self.next + 1) % size
+        self.count = min(self.count + 1, size)
+
+    def column(self, i: int) -> list[float]:
+        size = len(self.data) // len(SERIES)
+        start = (self.next - self.count) % size
+        out = []
+        for k in range(self.count):
+            raw = self.data[((start + k) % size) * len(SERIES) + i]
+            if raw != _MISSING:
+                out.append(raw / _SCALE[i])
+        return out
+
+
 class GpuHistory:
     """A ring of points per (node, GPU index). A node whose view object did not change since the
     last update (no new sample) adds nothing, so a refresh costs a walk over the nodes only."""
 
     def __init__(self, ring: int = RING) -> None:
         self.ring = ring
-        self._points: dict[tuple[str, int], deque[tuple[float | None, ...]]] = {}
+        self._points: dict[tuple[str, int], _Ring] = {}
         self._views: dict[str, NodeView] = {}
-        self._started: dict[tuple[str, int], float] = {}
 
     def update(self, snapshot: FleetSnapshot) -> None:
         for view in snapshot.nodes:
@@ -74,18 +114,21 @@ class GpuHistory:
                 key = (view.name, gpu.info.index)
                 ring = self._points.get(key)
                 if ring is None:
-                    ring = self._points[key] = deque(maxlen=self.ring)
-                    self._started[key] = view.sample.timestamp
+                    ring = self._points[key] = _Ring(self.ring)
                 ring.append(gpu_point(gpu))
 
     def series(self, node: str, gpu: int, name: str) -> list[float]:
         """One series of a GPU, oldest first; points without the figure left out."""
-        i = SERIES.index(name)
-        ring = self._points.get((node, gpu), ())
-        return [float(v) for p in ring if (v := p[i]) is not None]
+        ring = self._points.get((node, gpu))
+        return ring.column(SERIES.index(name)) if ring is not None else []
 
     def points(self, node: str, gpu: int) -> int:
-        return len(self._points.get((node, gpu), ()))
+        ring = self._points.get((node, gpu))
+        return ring.count if ring is not None else 0
+
+    def nbytes(self) -> int:
+        """The rings' storage, for the memory budget (docs/tui.md)."""
+        return sum(r.data.itemsize * len(r.data) for r in self._points.values())
 
 
 @dataclass(frozen=True)
