@@ -185,24 +185,39 @@ GPU_EDGE = Style(color="#808080", bold=True)
 MIG_KINDS = (SLICE, FREE, EMPTY_MIG)
 
 
-def _header_segments(group: Group, by: str) -> list[Segment]:
+def _header_segments(group: Group, by: str, width: int) -> list[Segment]:
+    """A group's line: its parts in order of importance, as many whole parts as fit the width
+    (never '7 pr' of '7 processes')."""
     t = group.totals
     title = group.team if group.team else "all nodes"
-    parts: list[Segment] = [Segment(f"▌{title} ", HEADER)]
-    text = f" {render.count(t.nodes, 'node')} · "
+    parts: list[list[Segment]] = [
+        [Segment(f"▌{title} ", HEADER), Segment(f" {render.count(t.nodes, 'node')}", HEADER_DIM)]
+    ]
     if not t.gpus:
-        parts.append(Segment(text + "no GPU known yet", HEADER_DIM))
-        return parts
-    text += f"{render.count(t.gpus, 'GPU')} · {render.gpus(t.busy)} busy · "
-    parts.append(Segment(text, HEADER_DIM))
-    parts.append(Segment(f"{render.gpus(t.idle)} idle", HEADER_IDLE if t.idle >= 0.05 else HEADER_DIM))
-    if t.held >= 0.05:
-        parts.append(Segment(f" ({render.gpus(t.held)} held)", HEADER_HELD))
-    tail = f" · util {render.percent(t.util)} · mem {render.share(t.memory_used, t.memory_total)}"
-    if t.unknown:
-        tail += f" · {t.unknown} without data"
-    parts.append(Segment(tail + f" · {t.processes} process{'es' if t.processes != 1 else ''}", HEADER_DIM))
-    return parts
+        parts.append([Segment("no GPU known yet", HEADER_DIM)])
+    else:
+        parts.append([Segment(render.count(t.gpus, "GPU"), HEADER_DIM)])
+        parts.append([Segment(f"{render.gpus(t.busy)} busy", HEADER_DIM)])
+        idle = [Segment(f"{render.gpus(t.idle)} idle", HEADER_IDLE if t.idle >= 0.05 else HEADER_DIM)]
+        if t.held >= 0.05:
+            idle.append(Segment(f" ({render.gpus(t.held)} held)", HEADER_HELD))
+        parts.append(idle)
+        parts.append([Segment(f"util {render.percent(t.util)}", HEADER_DIM)])
+        parts.append([Segment(f"mem {render.share(t.memory_used, t.memory_total)}", HEADER_DIM)])
+        if t.unknown:
+            parts.append([Segment(f"{t.unknown} without data", HEADER_DIM)])
+        processes = f"{t.processes} process{'es' if t.processes != 1 else ''}"
+        parts.append([Segment(processes, HEADER_DIM)])
+    segs: list[Segment] = list(parts[0])
+    used = Segment.get_line_length(segs)
+    for part in parts[1:]:
+        length = 3 + Segment.get_line_length(part)
+        if used + length > width:
+            break
+        segs.append(Segment(" · ", HEADER_DIM))
+        segs.extend(part)
+        used += length
+    return segs
 
 
 def cell_segments(cell: Cell, live: bool, cursor: bool) -> list[Segment]:
@@ -222,11 +237,11 @@ def cell_segments(cell: Cell, live: bool, cursor: bool) -> list[Segment]:
             size = cell.profile.split(".", 1)[0][:3]
             style = render.SLICE_BUSY if cell.busy else render.HELD_STYLE if cell.held else render.SLICE_IDLE
             left = Segment(f"{size:>3}", style)
-        segs = [left, Segment(render.pct3(cell.memory), render.mem_style(cell.memory))]
+        segs = [left, Segment(render.mem3(cell.memory), render.mem_style(cell.memory))]
     else:
         segs = [
             Segment(render.pct3(cell.util), render.HELD_STYLE if cell.held else render.util_style(cell.util)),
-            Segment(render.pct3(cell.memory), render.mem_style(cell.memory)),
+            Segment(render.mem3(cell.memory), render.mem_style(cell.memory)),
         ]
     if not live:
         segs = [Segment(s.text, (s.style or BLANK) + DIM) for s in segs]
@@ -270,7 +285,7 @@ def _tail_segments(row: NodeRow, now: float) -> list[Segment]:
 def draw_line(layout: GridLayout, y: int, by: str, now: float, cursor: Position | None) -> list[Segment]:
     line = layout.lines[y]
     if line.group is not None:
-        return _header_segments(line.group, by)
+        return _header_segments(line.group, by, layout.width)
     segs: list[Segment] = []
     x = 0
     for block in line.blocks:

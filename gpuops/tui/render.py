@@ -82,6 +82,14 @@ def pct3(value: float | None) -> str:
     return f"{min(999, round(value)):3d}"
 
 
+def mem3(value: float | None) -> str:
+    """A memory percentage in 3 columns that never run into the utilization before it: a full
+    GPU is 'MAX' (as nvitop writes it), not '100', which beside ' 96' would read '96100'."""
+    if value is not None and round(value) >= 100:
+        return "MAX"
+    return pct3(value)
+
+
 def percent(value: float | None) -> str:
     return NA if value is None else f"{value:.0f}%"
 
