@@ -31,11 +31,12 @@ def test_run_is_on_uvloop_unless_asked_for_asyncio(monkeypatch: pytest.MonkeyPat
 def test_discover_and_status_collect_on_uvloop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     loops: list[str] = []
 
-    async def discover(fleet: Fleet, interval: float, timeout: float) -> FleetSnapshot:
+    # Stand-ins for the collecting coroutines, whatever else they are given (a Prometheus URL, ...).
+    async def discover(fleet: Fleet, interval: float, *_: object) -> FleetSnapshot:
         loops.append(await _loop_module())
         return FleetSnapshot(0.0, interval, ())
 
-    async def live(fleet: Fleet, every: float) -> None:
+    async def live(fleet: Fleet, every: float, *_: object) -> None:
         loops.append(await _loop_module())
 
     monkeypatch.setattr(fleet_cli, "_discover", discover)
