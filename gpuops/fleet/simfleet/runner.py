@@ -429,7 +429,18 @@ def serve_main(
         return _serve_locked(directory, scenario, nodes, seed, user, base_port, queue_speed, prometheus)
     finally:
         if tied_to is not None and parent_gone(tied_to):
-            shutil.rmtree(directory, ignore_errors=True)
+            _remove_tree(directory)
+
+
+def _remove_tree(directory: Path, within: float = 5.0) -> None:
+    """rmtree until the directory is gone: threads of this process (recorders, backend workers)
+    may still write into it while it is removed, which leaves it half there (ENOTEMPTY)."""
+    deadline = time.monotonic() + within
+    while True:
+        shutil.rmtree(directory, ignore_errors=True)
+        if not directory.exists() or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 def _serve_locked(
