@@ -4,6 +4,7 @@ as far as the agent reports it (health events counted per kind, what it does not
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,44 +53,43 @@ def gpu_point(gpu: Gpu) -> tuple[float | None, float | None, float | None, float
     )
 
 
-# A point is stored as four unsigned 16-bit numbers (percentages in hundredths, watts and °C in
-# tenths): 8 bytes, against ~170 for a tuple of floats, so 10k GPUs x 600 points stay ~48 MB.
-_SCALE = (100.0, 100.0, 10.0, 10.0)
-_MISSING = 0xFFFF
-
-
-def _encode(point: tuple[float | None, ...]) -> tuple[int, ...]:
-    return tuple(
-        _MISSING if v is None else max(0, min(_MISSING - 1, round(v * scale)))
-        for v, scale in zip(point, _SCALE, strict=True)
-    )
+# A point is stored as four 32-bit floats (NaN: not reported), 16 bytes against ~180 for a tuple
+# of Python floats; a ring grows to its size as points come, so 10k GPUs x 600 points is ~96 MB
+# only after 10 minutes at 1 s, and a short session costs what it recorded.
+_WIDTH = len(SERIES)
 
 
 class _Ring:
     """The last `size` points of one GPU, oldest overwritten first."""
 
-    __slots__ = ("count", "data", "next")
+    __slots__ = ("data", "next", "size")
 
     def __init__(self, size: int) -> None:
-        self.data = array("H", [_MISSING]) * (size * len(SERIES))
-        self.count = 0
-        self.next = 0
+        self.data = array("f")
+        self.size = size
+        self.next = 0  # the slot the next point goes to once the ring is full
+
+    @property
+    def count(self) -> int:
+        return len(self.data) // _WIDTH
 
     def append(self, point: tuple[float | None, ...]) -> None:
-        size = len(self.data) // len(SERIES)
-        base = self.next * len(SERIES)
-        self.data[base : base + len(SERIES)] = array("H", _encode(point))
-        self.next = (self.next + 1) % size
-        self.count = min(self.count + 1, size)
+        values = array("f", (math.nan if v is None else v for v in point))
+        if self.count < self.size:
+            self.data.extend(values)
+            return
+        base = self.next * _WIDTH
+        self.data[base : base + _WIDTH] = values
+        self.next = (self.next + 1) % self.size
 
     def column(self, i: int) -> list[float]:
-        size = len(self.data) // len(SERIES)
-        start = (self.next - self.count) % size
+        n = self.count
+        start = self.next if n == self.size else 0
         out = []
-        for k in range(self.count):
-            raw = self.data[((start + k) % size) * len(SERIES) + i]
-            if raw != _MISSING:
-                out.append(raw / _SCALE[i])
+        for k in range(n):
+            v = self.data[((start + k) % n) * _WIDTH + i]
+            if not math.isnan(v):
+                out.append(v)
         return out
 
 

@@ -63,14 +63,14 @@ def test_gpu_history_is_a_bounded_ring(source: SimSource, clock: Clock) -> None:
     assert len(history.series("sim-platform-01", 0, "util")) == 5
 
 
-def test_a_full_ring_costs_eight_bytes_a_point(source: SimSource, clock: Clock) -> None:
-    # 10k GPUs x 600 points must fit the TUI's memory budget: tuples of floats took ~170 bytes a
-    # point (1 GB at 10k GPUs after 10 minutes); the ring stores 4 x 16 bits.
+def test_the_ring_costs_sixteen_bytes_a_point(source: SimSource, clock: Clock) -> None:
+    # 10k GPUs x 600 points must fit the TUI's memory budget: tuples of floats took ~180 bytes a
+    # point (over 1 GB at 10k GPUs after 10 minutes); the ring stores 4 x 32-bit floats.
     history = GpuHistory(ring=600)
     clock.advance(1)
     source.sample()
     history.update(source.snapshot(clock()))
     gpus = sum(len(v.sample.gpus) for v in source.snapshot(clock()).nodes if v.sample is not None)
-    assert history.nbytes() == gpus * 600 * 8
+    assert history.nbytes() == gpus * 16
     one = history.series("sim-vision-01", 0, "temperature")
     assert len(one) == 1 and 20 <= one[0] <= 100
