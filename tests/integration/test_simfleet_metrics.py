@@ -71,4 +71,10 @@ def test_each_simulated_node_serves_its_metrics(tmp_path: Path) -> None:
         problems = promtool_problems(texts[name])
         assert not problems, problems
     code, status = _status(directory)
-    assert code == 1 and status == {"state": "stopped", "dir": str(directory), "pid": None, "nodes": []}
+    assert code == 1 and status == {
+        "state": "stopped",
+        "dir": str(directory),
+        "pid": None,
+        "nodes": [],
+        "prometheus_url": None,
+    }
