@@ -49,6 +49,7 @@ NODE_METRICS = (
     "gpuops_gpu_power_watts",
     "gpuops_gpu_temperature_celsius",
     "gpuops_mig_instance_memory_used_bytes",
+    "gpuops_mig_instance_utilization_ratio",
     "gpuops_process_gpu_memory_used_bytes",
     "gpuops_process_series_limit",
 )
@@ -71,6 +72,7 @@ class _GpuSeries:
     info: Mapping[str, str] | None = None
     values: dict[str, float] = field(default_factory=dict)
     mig: dict[int, tuple[str, float]] = field(default_factory=dict)  # GI id -> (profile, memory used)
+    mig_util: dict[int, float] = field(default_factory=dict)  # GI id -> SM utilization, 0..1 (GPM)
     processes: list[Mapping[str, str]] = field(default_factory=list)
     process_memory: list[float] = field(default_factory=list)
     team: str = ""
@@ -151,6 +153,11 @@ def group_series(series: Iterable[Series]) -> dict[str, NodeSeries]:
                     gpu.mig[int(labels.get("GPU_I_ID", ""))] = (labels.get("GPU_I_PROFILE", ""), s.value)
                 except ValueError:
                     continue
+            elif name == "gpuops_mig_instance_utilization_ratio":
+                try:
+                    gpu.mig_util[int(labels.get("GPU_I_ID", ""))] = s.value
+                except ValueError:
+                    continue
             elif name == "gpuops_process_gpu_memory_used_bytes":
                 gpu.processes.append(labels)
                 gpu.process_memory.append(s.value)
@@ -214,7 +221,16 @@ def _mig(
                 ),
             )
         )
-        samples.append(MigInstanceSample(gi_id, round(gs.mig[gi_id][1]), memory))
+        util = gs.mig_util.get(gi_id)
+        samples.append(
+            MigInstanceSample(
+                gi_id,
+                round(gs.mig[gi_id][1]),
+                memory,
+                # the same slice utilization the SSH source gives (GPM); absent where unsupported
+                NotAvailable("NOT_SUPPORTED") if util is None else round(util * 100.0, 6),
+            )
+        )
     return MigState(enabled, enabled, tuple(instances)), tuple(samples)
 
 
