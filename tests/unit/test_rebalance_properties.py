@@ -6,12 +6,7 @@
   through fleet.yaml's own desired-state checks); the memory caps of a pool GPU fit into what
   the processes still there leave free (burst-share and fixed-share pools);
 - the proposal is a valid fleet.yaml;
-- planning again on the proposal, with the same evidence, proposes nothing;
-- (issue 18) no team has a share on a card whose memory is less than the team's memory need;
-  every team that gives GPUs to the pool is guaranteed at least its p95 use of the pool unless
-  the notes say the pool's cards that hold its need have no room; every share written is a
-  0.1% step, what the limiter enforces (it keeps a share in permille), and they add up to 100%
-  at most.
+- planning again on the proposal, with the same evidence, proposes nothing.
 """
 
 from __future__ import annotations
@@ -233,31 +228,11 @@ def test_planner_properties(s: dict[str, Any]) -> None:
     pool_gpus = {k for k in all_gpus if pool_of(*k) == "shared"}
     size = len(pool_gpus)
     pool = new.pools.get("shared")
-    need = {g.team: g.memory for g in proposal.guarantees if g.memory}
-    left_out = {
-        t for t in s["teams"] if any(n.startswith(f"{t}: ") and "left out" in n for n in proposal.notes)
-    }
-    stepped_under = {
-        t for t in s["teams"] if any(n.startswith(f"{t}'s share is written") for n in proposal.notes)
-    }
     for team in s["teams"]:
         silo = {k for k in all_gpus if k not in pool_gpus and new.gpu_owner(k[0], k[1]) == team}
         share = pool.guarantees[team].share if pool is not None and team in pool.guarantees else 0.0
         guaranteed = len(silo) + share / 100.0 * size
-        # a share one 0.1% step under the floor (floors filling the pool, said in the notes)
-        slack = size / 1000.0 if team in stepped_under else 0.0
-        if team not in left_out:
-            assert guaranteed + slack + 1e-6 >= _use(s, team, silo | pool_gpus), team
-        donor = any(new.gpu_owner(*k) == team for k in pool_gpus)
-        if donor and team not in left_out:
-            assert share / 100.0 * size + slack + 1e-6 >= _use(s, team, pool_gpus), team
-    if pool is not None:
-        written = [g.share for g in pool.guarantees.values()]
-        assert all(abs(v * 10 - round(v * 10)) < 1e-9 for v in written), written
-        assert sum(written) <= 100.0 + 1e-9, written
-    for c in proposal.carvings:
-        for team, u in c.units.items():
-            assert u <= 0 or not c.memory_total or need.get(team, 0) <= c.memory_total, (c, need)
+        assert guaranteed + 1e-6 >= _use(s, team, silo | pool_gpus), team
     for n in s["nodes"]:
         for g in range(len(n["usage"])):
             shares, caps = _shares(new, n["name"], g, f"GPU-{n['name']}-{g}", n["model"])
