@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuops.cli import fleet as fleet_cli
+from gpuops.cli import status_lines
 from gpuops.cli.main import app
 from gpuops.fleet.collector import FleetSnapshot
 from gpuops.fleet.ssh import run
@@ -41,6 +42,10 @@ def test_discover_and_status_collect_on_uvloop(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(fleet_cli, "_discover", discover)
     monkeypatch.setattr(fleet_cli, "run_live", live)
+    # Without a terminal (CliRunner) status prints a line per refresh: that loop stands in too,
+    # else it would watch the fleet until interrupted.
+    monkeypatch.setattr(status_lines, "print_lines", live)
+    monkeypatch.setattr(fleet_cli, "live_fleet", lambda *_: None)
     path = tmp_path / "fleet.yaml"
     path.write_text("version: 1\nnodes:\n  - name: gpu-a-01\n    host: 127.0.0.1\n")
     for command in ("discover", "status"):
