@@ -432,7 +432,7 @@ def serve_main(
             _remove_tree(directory)
 
 
-def _remove_tree(directory: Path, within: float = 5.0) -> None:
+def _remove_tree(directory: Path, within: float = 20.0) -> None:
     """rmtree until the directory is gone: threads of this process (recorders, backend workers)
     may still write into it while it is removed, which leaves it half there (ENOTEMPTY)."""
     deadline = time.monotonic() + within
