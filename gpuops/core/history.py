@@ -243,12 +243,8 @@ def gpu_shares(gpu: Gpu) -> GpuShare:
             if not procs:
                 continue
             fraction = instance_fraction(gpu, gi)
-            # The slice's SM utilization where NVML's GPM gives it (as the live views count
-            # GPU-time), else all of it while a process holds it.
-            gi_util = _num(ms.sm_utilization_percent) if ms is not None else None
-            util_fraction = None if gi_util is None else min(1.0, max(0.0, gi_util / 100.0))
-            busy += fraction if util_fraction is None else fraction * util_fraction
-            keys.extend(_key_shares(procs, _process_memory(procs, gi_used), fraction, util_fraction))
+            busy += fraction
+            keys.extend(_key_shares(procs, _process_memory(procs, gi_used), fraction, None))
         device_used = _int(sample.memory_used_bytes) if sample is not None else None
         if device_used is None:
             device_used = used or sum(_int(p.used_memory_bytes) or 0 for p in gpu.processes)
