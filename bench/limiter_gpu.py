@@ -30,7 +30,9 @@ GIB = torchlab.GIB
 MIB = torchlab.MIB
 
 
-MEASURES = ("memory-default", "memory-expandable", "shares", "overhead")
+MEASURES = ("memory-default", "memory-expandable", "shares", "overhead", "overhead-driver")
+# Measures added after the first recorded runs: a directory of an older run may lack them.
+OPTIONAL = ("overhead-driver",)
 ENGINE_NAMES = {"gpuops": "gpuops", "hami": "HAMi-core"}
 HAMI_LIB = ROOT / ".hami" / "libvgpu.so"
 
@@ -70,6 +72,9 @@ def measure(seconds: float, engine: str = "gpuops", only: tuple[str, ...] = MEAS
         ),
         "shares": lambda n: torchlab.measure_shares(n, seconds=seconds),
         "overhead": torchlab.measure_overhead,
+        "overhead-driver": lambda n: torchlab.measure_overhead(
+            n, iterations=50000, repeats=10, rounds=7, program="cu_launch.c"
+        ),
     }
     with tempfile.TemporaryDirectory(prefix="gpuops-limiter-gpu-") as tmp:
         for name in only:
@@ -98,13 +103,14 @@ def load(directory: Path, engine: str = "gpuops") -> dict[str, Any] | None:
     figures = {name: torchlab.read_result(directory, result_name(engine, name)) for name in names}
     if all(value is None for value in figures.values()) and engine != "gpuops":
         return None
-    missing = [name for name, value in figures.items() if value is None]
+    missing = [name for name, value in figures.items() if value is None and name not in OPTIONAL]
     if missing and engine == "gpuops":
         raise SystemExit(f"{directory}: no figures for {', '.join(missing)} (run make gpu-test first)")
     # A measure killed before it wrote its figures (HAMi-core hanging) is recorded as such.
     return {
         name: value if value is not None else {"error": "no figures: the run was killed"}
         for name, value in figures.items()
+        if value is not None or name not in OPTIONAL
     }
 
 
@@ -156,14 +162,22 @@ def _shares_cell(s: dict[str, Any]) -> str:
     )
 
 
-def _overhead_cell(o: dict[str, Any], name: str) -> str:
+def _overhead_cell(o: dict[str, Any] | None, name: str) -> str:
+    if not o or name not in o.get("configs", {name: None}):
+        return "-"
     if "error" in o:
         return _error_cell(o["error"])
     base, c = o["configs"]["no limiter"], o["configs"][name]
-    return (
-        f"{base['best_us']:.3f} -> {c['best_us']:.3f} us per iteration: {c['overhead']:+.1%} "
-        f"{verdict([p for p in torchlab.overhead_problems(o) if p.startswith(name + ':')])}"
-    )
+    if o.get("program", "").endswith(".c"):
+        ns = (1000 * base["best_us"], 1000 * c["best_us"])
+        figure = f"{ns[0]:.0f} -> {ns[1]:.0f} ns per launch: {c['overhead']:+.1%}"
+    else:
+        figure = f"{base['best_us']:.3f} -> {c['best_us']:.3f} us per iteration: {c['overhead']:+.1%}"
+    if "overhead_of_medians" in c:
+        figure += f" (median process {c['overhead_of_medians']:+.1%})"
+    if c.get("library"):
+        return figure + " (code before the change, not judged)"
+    return f"{figure} {verdict([p for p in torchlab.overhead_problems(o) if p.startswith(name + ':')])}"
 
 
 def render(figures: dict[str, Any], hami: dict[str, Any] | None = None) -> str:
@@ -218,20 +232,35 @@ def render(figures: dict[str, Any], hami: dict[str, Any] | None = None) -> str:
         [_shares_cell(e["shares"]) for e in engines],
     )
     o = figures["overhead"]
-    for name, tenant, _ in torchlab.OVERHEAD_CONFIGS:
-        if tenant is None:
-            continue
-        row(
-            f"launch-bound loop (`x.add_(1)` on one element), {name} tenant",
-            f"<= {torchlab.OVERHEAD_MAX:.0%}",
-            [_overhead_cell(e["overhead"], name) for e in engines],
-        )
+    loops = [("overhead", "launch-bound loop (`x.add_(1)` on one element)")]
+    if figures.get("overhead-driver"):
+        loops.append(("overhead-driver", "empty kernel through `cuLaunchKernel` (`cu_launch.c`)"))
+    for measure_name, loop in loops:
+        for name in figures[measure_name]["configs"]:
+            if name == "no limiter":
+                continue
+            row(
+                f"{loop}, {name} tenant",
+                f"<= {torchlab.OVERHEAD_MAX:.0%}",
+                [_overhead_cell(e.get(measure_name), name) for e in engines],
+            )
     lines += [
         "",
         f"Launch-bound loop: {o['iterations']} iterations x {o['repeats']} repeats per process, "
         f"{o['rounds']} processes per configuration in turn, each pinned to CPUs {o.get('cpus', 'any')}; "
-        "each figure is the best process's median.",
+        "each figure is the best process's median (in brackets: the median process against the median "
+        "process without the limiter).",
     ]
+    d = figures.get("overhead-driver")
+    if d and "configs" in d:
+        lines.append(
+            f"Driver loop: {d['iterations']} launches x {d['repeats']} repeats per process, {d['rounds']} "
+            f"processes per configuration. On this driver one event record costs "
+            f"{d.get('event_record_ns', 0):.0f} ns and one query of a completed event "
+            f"{d.get('event_query_ns', 0):.0f} ns (the calls the limiter makes to measure GPU time). "
+            '"before": the limiter built from the commit before the change, in the same rounds '
+            "($GPUOPS_LIMITER_BEFORE)."
+        )
     return "\n".join(lines)
 
 

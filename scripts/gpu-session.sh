@@ -36,7 +36,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current,compute
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 GPUOPS_GPU_RESULTS=$results
 
-stage "gpu-test" 300 make -s gpu-test \
+# A build of the limiter before a change (native/build/before, made on the CPU machine from the
+# previous commit) runs in the same rounds of the overhead loops, as "NAME, before".
+if [ -f native/build/before/libgpuops-limiter.so ]; then
+    export GPUOPS_LIMITER_BEFORE=$PWD/native/build/before/libgpuops-limiter.so
+fi
+stage "gpu-test" "${GPU_TEST_LIMIT:-480}" make -s gpu-test \
     PYTEST_ARGS="-p no:cacheprovider --durations=0${GPU_TEST_SELECT:+ -k '$GPU_TEST_SELECT'}"
 if [ -f .hami/libvgpu.so ]; then
     for m in memory-default:50 memory-expandable:50 shares:80 overhead:160; do

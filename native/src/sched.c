@@ -38,8 +38,13 @@
 #define INFLIGHT_FREE_NS 20000000ull /* ... and while nobody else wants the GPU */
 /* Most launches between end events: tiny kernels are batched by estimated time (bound / 8) up to
  * this count.  At 16 the events cost a launch-bound PyTorch loop 8-9% on an H100 (an event record
- * and a few queries, ~0.5 us of driver time, every 16 launches of ~6.4 us). */
+ * and a few queries, ~0.5 us of driver time, every 16 launches of ~6.4 us); a query every 16
+ * launches between records still cost it 3-4%.  Completed events are collected when the next
+ * one is recorded, and after the program synchronises. */
 #define BATCH_LAUNCHES 256
+/* A stream whose last end event is older than this may have run dry: the next launch asks the
+ * driver before counting the gap as GPU time (younger gaps are counted; the loop is launching). */
+#define DRY_CHECK_NS 100000ull
 #define BUCKET_NS 50000000ull       /* fixed-share tokens saved at most (burst after idle) */
 #define MIN_TOKENS_NS 8000000ull   /* a fixed share waits for this much before a lease */
 #define WANT_STALE_NS 50000000ull
@@ -505,7 +510,8 @@ static inline struct gl_meas_stream *launch_begin(struct gl_dev *d, CUstream s, 
         munlock(d);
         return NULL;
     }
-    if (m->open && m->since == 0 && m->n > 0 && R.cuEventQuery(m->ring[(m->head + m->n - 1) % GL_RING]) == CUDA_SUCCESS) {
+    if (m->open && m->since == 0 && m->n > 0 && gl_now_ns() - m->ring_ts[(m->head + m->n - 1) % GL_RING] >= DRY_CHECK_NS &&
+        R.cuEventQuery(m->ring[(m->head + m->n - 1) % GL_RING]) == CUDA_SUCCESS) {
         /* The stream ran dry before this launch: close the measured period here, so the idle
          * time until now is not counted as GPU time. */
         poll_stream(d, m);
@@ -546,8 +552,6 @@ static inline void launch_end(struct gl_dev *d, struct gl_meas_stream *m, int ok
             if (m->n > 1 && (queued_est(d, m) > bound || d->avg_cost_ns <= 0 || now - m->ring_ts[m->head] > bound)) {
                 if (R.cuEventQuery(m->ring[m->head]) == CUDA_ERROR_NOT_READY) R.cuEventSynchronize(m->ring[m->head]);
             }
-            poll_stream(d, m);
-        } else if ((d->launches & 15) == 0) {
             poll_stream(d, m);
         }
     }

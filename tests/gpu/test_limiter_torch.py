@@ -72,3 +72,12 @@ def test_launch_bound_overhead(node: torchlab.Node) -> None:
     torchlab.write_result("overhead", figures)
     problems = torchlab.overhead_problems(figures)
     assert not problems, torchlab.report(problems, figures)
+
+
+def test_driver_launch_overhead(node: torchlab.Node) -> None:
+    # The limiter's own cost per launch, without PyTorch's ~4 us an operation around it: an empty
+    # kernel through cuLaunchKernel (~2.5 us on an H100), where 3% is ~75 ns.
+    figures = torchlab.measure_overhead(node, iterations=50000, repeats=10, rounds=7, program="cu_launch.c")
+    torchlab.write_result("overhead-driver", figures)
+    problems = torchlab.overhead_problems(figures)
+    assert not problems, torchlab.report(problems, figures)

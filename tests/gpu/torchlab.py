@@ -101,6 +101,18 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def build_program(source: Path) -> Path:
+    """A C program of tests/gpu/programs, compiled into native/build/gpu (kept when gcc is absent
+    and the binary is newer than its source: the device machine gets it prebuilt)."""
+    out = NATIVE / "build" / "gpu" / source.stem
+    if out.exists() and out.stat().st_mtime >= source.stat().st_mtime:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = ["gcc", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", str(out), str(source), "-ldl"]
+    subprocess.run(cmd, check=True)
+    return out
+
+
 def build_library() -> Path:
     """make -C native (one make at a time, as tests/native does); the library's path."""
     LIB.parent.mkdir(parents=True, exist_ok=True)
@@ -292,10 +304,10 @@ class Node:
         if self.engine == "gpuops":
             limiter.write_table(self.dir, specs)
 
-    def _limiter_env(self, tenant: str) -> dict[str, str]:
+    def _limiter_env(self, tenant: str, lib: Optional[Path] = None) -> dict[str, str]:
         if self.engine == "gpuops":
             return {
-                "LD_PRELOAD": str(self.lib),
+                "LD_PRELOAD": str(lib or self.lib),
                 "GPUOPS_TENANT": tenant,
                 "GPUOPS_LIMITER_DIR": str(self.dir),
                 "GPUOPS_LOG_FILE": str(self.log),
@@ -314,14 +326,23 @@ class Node:
         return env
 
     def start(
-        self, program: str, *args: object, tenant: Optional[str], env: Optional[dict[str, str]] = None
+        self,
+        program: str,
+        *args: object,
+        tenant: Optional[str],
+        env: Optional[dict[str, str]] = None,
+        lib: Optional[Path] = None,
     ) -> Worker:
-        """program (a file in tests/gpu/programs) under the limiter as tenant, or without the
-        limiter when tenant is None."""
+        """program (a file in tests/gpu/programs: Python run by the torch Python, or C compiled
+        by build_program) under the limiter as tenant, or without the limiter when tenant is
+        None; lib, another build of the limiter (the code before a change, side by side)."""
         extra = dict(env or {})
         if tenant is not None:
-            extra.update(self._limiter_env(tenant))
-        cmd = [self.python, str(PROGRAMS / program), *(str(a) for a in args)]
+            extra.update(self._limiter_env(tenant, lib))
+        if program.endswith(".c"):
+            cmd = [str(build_program(PROGRAMS / program)), *(str(a) for a in args)]
+        else:
+            cmd = [self.python, str(PROGRAMS / program), *(str(a) for a in args)]
         stem = f"{Path(program).stem}-{tenant or 'nolimiter'}"
         name = f"{Path(program).stem} [{tenant or 'no limiter'}]"
         worker = Worker(self, name, stem, cmd, clean_env(**extra))
@@ -335,8 +356,9 @@ class Node:
         tenant: Optional[str],
         timeout: float,
         env: Optional[dict[str, str]] = None,
+        lib: Optional[Path] = None,
     ) -> dict[str, Any]:
-        return self.start(program, *args, tenant=tenant, env=env).result(timeout)
+        return self.start(program, *args, tenant=tenant, env=env, lib=lib).result(timeout)
 
     def snapshot(self) -> Optional[limiter.RegionSnapshot]:
         """The (first) GPU's region, or None if no process has registered."""
@@ -535,38 +557,85 @@ def overhead_cpus() -> str:
     return ",".join(str(c) for c in cpus[-2:])
 
 
+def overhead_configs() -> list[tuple[str, Optional[str], Optional[Path]]]:
+    """(name, tenant, library) for each configuration of the overhead loops. With
+    $GPUOPS_LIMITER_BEFORE (a build of the limiter before a change) its tenants run in the same
+    rounds as "NAME, before", so a change is judged against the code it replaces on one machine
+    in one run."""
+    configs = [(name, tenant, None) for name, tenant, _ in OVERHEAD_CONFIGS]
+    before = os.environ.get("GPUOPS_LIMITER_BEFORE")
+    if before:
+        configs += [(f"{name}, before", t, Path(before)) for name, t, _ in OVERHEAD_CONFIGS if t is not None]
+    return configs
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def measure_overhead(
-    node: Node, iterations: int = 20000, repeats: int = 10, rounds: int = 5
+    node: Node,
+    iterations: int = 20000,
+    repeats: int = 10,
+    rounds: int = 5,
+    program: str = "torch_launch.py",
 ) -> dict[str, Any]:
-    """torch_launch.py without the limiter and as each tenant of OVERHEAD_CONFIGS, in rounds
-    (the order turning each round), every process on the same two CPUs; per process the median
-    time per iteration, per configuration the best process."""
+    """A launch-bound loop without the limiter and as each tenant of overhead_configs(), in
+    rounds (the order turning each round), every process on the same two CPUs; per process the
+    median time per iteration, per configuration the best process (and the median process).
+
+    program: torch_launch.py (PyTorch's `x.add_(1)`, ~6.5 us an iteration on an H100) or
+    cu_launch.c (an empty kernel through cuLaunchKernel, the driver's own ~2.5 us: the
+    limiter's cost per launch without PyTorch's around it)."""
     node.tenants(*(spec for _, _, spec in OVERHEAD_CONFIGS if spec))
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in OVERHEAD_CONFIGS}
+    configs = overhead_configs()
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in configs}
     cpus = overhead_cpus()
     for turn in range(rounds):
-        k = turn % len(OVERHEAD_CONFIGS)
-        for name, tenant, _ in OVERHEAD_CONFIGS[k:] + OVERHEAD_CONFIGS[:k]:
-            r = node.run("torch_launch.py", iterations, repeats, cpus, tenant=tenant, timeout=240)
+        k = turn % len(configs)
+        for name, tenant, lib in configs[k:] + configs[:k]:
+            r = node.run(program, iterations, repeats, cpus, tenant=tenant, lib=lib, timeout=240)
+            if "median_ns" in r:  # cu_launch: ns per launch
+                r["median_us"] = r["median_ns"] / 1000
             runs[name].append(r)
     base = min(r["median_us"] for r in runs["no limiter"])
-    configs = {}
-    for name, tenant, _ in OVERHEAD_CONFIGS:
-        best = min(r["median_us"] for r in runs[name])
-        configs[name] = {
+    base_median = _median([r["median_us"] for r in runs["no limiter"]])
+    figures: dict[str, Any] = {
+        "program": program,
+        "iterations": iterations,
+        "repeats": repeats,
+        "rounds": rounds,
+        "cpus": cpus,
+        "configs": {},
+    }
+    for name, tenant, lib in configs:
+        medians = [r["median_us"] for r in runs[name]]
+        best = min(medians)
+        figures["configs"][name] = {
             "tenant": tenant,
-            "median_us": [r["median_us"] for r in runs[name]],
+            "library": str(lib) if lib else None,
+            "median_us": medians,
             "best_us": best,
             "overhead": best / base - 1,
+            "median_process_us": _median(medians),
+            "overhead_of_medians": _median(medians) / base_median - 1,
+            "added_ns": (best - base) * 1000,
             "limiter_loaded": [r["limiter_loaded"] for r in runs[name]],
-            "value_ok": all(r["value_ok"] for r in runs[name]),
+            "value_ok": all(r.get("value_ok", True) for r in runs[name]),
         }
-    return {"iterations": iterations, "repeats": repeats, "rounds": rounds, "cpus": cpus, "configs": configs}
+    events = [r for r in runs["no limiter"] if "event_record_ns" in r]
+    if events:  # what the driver charges for the calls the limiter makes to measure GPU time
+        figures["event_record_ns"] = _median([r["event_record_ns"] for r in events])
+        figures["event_query_ns"] = _median([r["event_query_ns"] for r in events])
+    return figures
 
 
 def overhead_problems(r: dict[str, Any]) -> list[str]:
     problems = []
     base = r["configs"]["no limiter"]
+    unit = "launch" if r.get("program", "").endswith(".c") else "iteration"
     for name, c in r["configs"].items():
         if not c["value_ok"]:
             problems.append(f"{name}: the loop's result is wrong")
@@ -576,9 +645,11 @@ def overhead_problems(r: dict[str, Any]) -> list[str]:
             continue
         if not all(c["limiter_loaded"]):
             problems.append(f"{name}: the limiter library was not loaded in every run")
+        if c.get("library"):  # the code before a change: figures to compare, not judged
+            continue
         if c["overhead"] > OVERHEAD_MAX:
             problems.append(
-                f"{name}: a launch-bound loop takes {c['best_us']:.3f} us per iteration under the limiter "
+                f"{name}: a launch-bound loop takes {c['best_us']:.3f} us per {unit} under the limiter "
                 f"against {base['best_us']:.3f} us without, {c['overhead']:+.1%} (allowed "
                 f"{OVERHEAD_MAX:.0%}); medians per process {c['median_us']} against {base['median_us']}"
             )

@@ -10,6 +10,9 @@
  *   processes run one at a time; launches are asynchronous, the queue holds at most 1024
  *   operations, and events get the GPU time at which all preceding work of their queue ended.
  * - cuGetProcAddress/_v2 resolve names by requested CUDA version and per-thread-stream flag.
+ * - FAKECUDA_CALLS=FILE: at exit the process appends "PID NAME COUNT" lines, the number of calls
+ *   it made to each event function and launch path (on a real driver each event call costs about
+ *   as much as a launch, so tests bound how many the limiter makes per launch).
  */
 #define _GNU_SOURCE
 #include "fakegpu.h"
@@ -49,6 +52,22 @@ struct CUmipmappedArray_st { uint32_t magic; int dev; uint64_t size; };
 #define GRAPH_MAX 256
 struct CUgraph_st { uint32_t magic; int n; uint64_t dur[GRAPH_MAX]; };
 struct CUgraphExec_st { uint32_t magic; int n; uint64_t dur[GRAPH_MAX]; };
+
+/* ------------------------------------------------------------------ call counts */
+enum { C_LAUNCH, C_EV_CREATE, C_EV_RECORD, C_EV_QUERY, C_EV_SYNC, C_EV_ELAPSED, C_N };
+static const char *const g_call_names[C_N] = {"launch", "cuEventCreate", "cuEventRecord", "cuEventQuery",
+                                               "cuEventSynchronize", "cuEventElapsedTime"};
+static _Atomic unsigned long long g_calls[C_N];
+#define COUNT(c) atomic_fetch_add_explicit(&g_calls[c], 1, memory_order_relaxed)
+
+__attribute__((destructor)) static void write_call_counts(void) {
+    const char *path = getenv("FAKECUDA_CALLS");
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    for (int i = 0; i < C_N; i++) fprintf(f, "%d %s %llu\n", (int)getpid(), g_call_names[i], atomic_load(&g_calls[i]));
+    fclose(f);
+}
 
 enum { OP_KERNEL = 1, OP_EVENT = 2 };
 struct op { int kind; uint64_t dur; struct CUevent_st *ev; uint64_t seq; uint64_t enq_ns; };
@@ -347,6 +366,7 @@ static uint64_t kernel_duration(void **params) {
 
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                        unsigned bz, CUstream hs, void **params, int ptsz) {
+    COUNT(C_LAUNCH);
     CHECK_CTX();
     if (!f || f->magic != M_FUNC) return CUDA_ERROR_INVALID_HANDLE;
     if (!gx || !gy || !gz || !bx || !by || !bz || (uint64_t)bx * by * bz > 1024) return CUDA_ERROR_INVALID_VALUE;
@@ -885,6 +905,7 @@ EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned 
 }
 
 static CUresult graph_launch(CUgraphExec e, CUstream hs, int ptsz) {
+    COUNT(C_LAUNCH);
     CHECK_CTX();
     if (!e || e->magic != M_EXEC) return CUDA_ERROR_INVALID_VALUE;
     struct CUstream_st *st;
@@ -954,6 +975,7 @@ EXPORT CUresult cuStreamQuery(CUstream s) { return stream_query(s, 0); }
 EXPORT CUresult cuStreamQuery_ptsz(CUstream s) { return stream_query(s, 1); }
 
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags) {
+    COUNT(C_EV_CREATE);
     CHECK_CTX();
     if (!e || flags & ~3u) return CUDA_ERROR_INVALID_VALUE;
     struct CUevent_st *x = calloc(1, sizeof *x);
@@ -974,6 +996,7 @@ EXPORT CUresult cuEventDestroy_v2(CUevent e) {
 }
 
 static CUresult event_record(CUevent e, CUstream hs, int ptsz) {
+    COUNT(C_EV_RECORD);
     CHECK_CTX();
     if (!e || e->magic != M_EVENT) return CUDA_ERROR_INVALID_HANDLE;
     struct CUstream_st *st;
@@ -989,6 +1012,7 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { return event_record(e, s,
 EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return event_record(e, s, 1); }
 
 EXPORT CUresult cuEventQuery(CUevent e) {
+    COUNT(C_EV_QUERY);
     CHECK_INIT();
     if (!e || e->magic != M_EVENT) return CUDA_ERROR_INVALID_HANDLE;
     if (!e->recorded) return CUDA_SUCCESS;
@@ -996,6 +1020,7 @@ EXPORT CUresult cuEventQuery(CUevent e) {
 }
 
 EXPORT CUresult cuEventSynchronize(CUevent e) {
+    COUNT(C_EV_SYNC);
     CHECK_INIT();
     if (!e || e->magic != M_EVENT) return CUDA_ERROR_INVALID_HANDLE;
     if (e->recorded) wait_seq(e->dev, e->seq);
@@ -1003,6 +1028,7 @@ EXPORT CUresult cuEventSynchronize(CUevent e) {
 }
 
 EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
+    COUNT(C_EV_ELAPSED);
     CHECK_INIT();
     if (!ms) return CUDA_ERROR_INVALID_VALUE;
     if (!a || !b || a->magic != M_EVENT || b->magic != M_EVENT) return CUDA_ERROR_INVALID_HANDLE;
