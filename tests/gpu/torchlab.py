@@ -579,7 +579,7 @@ def measure_overhead(
     node: Node,
     iterations: int = 20000,
     repeats: int = 10,
-    rounds: int = 5,
+    rounds: int = 8,
     program: str = "torch_launch.py",
 ) -> dict[str, Any]:
     """A launch-bound loop without the limiter and as each tenant of overhead_configs(), in
