@@ -81,3 +81,10 @@ def test_driver_launch_overhead(node: torchlab.Node) -> None:
     torchlab.write_result("overhead-driver", figures)
     problems = torchlab.overhead_problems(figures)
     assert not problems, torchlab.report(problems, figures)
+
+
+def test_driver_launch_cost_in_process(node: torchlab.Node) -> None:
+    figures = torchlab.measure_launch_in_process(node)
+    torchlab.write_result("overhead-in-process", figures)
+    problems = torchlab.launch_in_process_problems(figures)
+    assert not problems, torchlab.report(problems, figures)

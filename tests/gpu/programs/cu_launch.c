@@ -3,7 +3,7 @@
  * what the limiter adds to one cuLaunchKernel, without PyTorch's own ~4 us per operation and
  * its process-to-process spread around it.
  *
- *   cu_launch ITERATIONS REPEATS [CPUS]
+ *   cu_launch ITERATIONS REPEATS [CPUS [ab]]
  *
  * Loads an empty kernel from PTX (the driver compiles it; no CUDA toolkit), launches it
  * ITERATIONS times per repeat on the legacy default stream, waits for the GPU at the end of
@@ -13,6 +13,13 @@
  * the limiter, when preloaded, answers dlsym with its own entry points.  CPUS (such as 14,15)
  * pins the process, and the threads the driver starts in it, before the driver starts; after
  * the warm-up the launching thread runs alone on the last of them.
+ *
+ * ab: the limiter's cost inside one process, free of the spread between processes (their
+ * medians differ by up to 15% with or without the limiter): REPEATS pairs of blocks of
+ * ITERATIONS launches, one block through the entry point dlsym gave (the limiter's, when it is
+ * preloaded) and one straight into the driver's own cuLaunchKernel (looked up with glibc's
+ * dlsym, which the limiter does not answer), the order turning each pair. Without the limiter
+ * both are the driver's: the difference is the method's own noise.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -60,6 +67,18 @@ static int cmp(const void *a, const void *b) {
 static double median(double *v, int n) {
     qsort(v, n, sizeof *v, cmp);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The driver's own entry point: glibc's dlsym, found with dlvsym (which the limiter leaves
+ * alone), asked on the driver's handle. */
+static void *driver_symbol(void *lib, const char *name) {
+    void *(*sym)(void *, const char *) = NULL;
+    static const char *const where[][2] = {{"libc.so.6", "GLIBC_2.34"}, {"libdl.so.2", "GLIBC_2.2.5"}};
+    for (int i = 0; i < 2 && !sym; i++) {
+        void *h = dlopen(where[i][0], RTLD_NOW | RTLD_NOLOAD);
+        if (h) *(void **)&sym = dlvsym(h, "dlsym", where[i][1]);
+    }
+    return sym ? sym(lib, name) : NULL;
 }
 
 static int limiter_loaded(void) {
@@ -160,6 +179,39 @@ int main(int argc, char **argv) {
         CHECK(D.ctx_sync());
     }
     if (argc > 3) isolate_main_thread();
+    if (argc > 4 && !strcmp(argv[4], "ab")) {
+        CUresult (*direct)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                           void **, void **);
+        *(void **)&direct = driver_symbol(lib, "cuLaunchKernel");
+        if (!direct) return fprintf(stderr, "cu_launch: no driver cuLaunchKernel through glibc's dlsym\n"), 1;
+        double *a = calloc((size_t)repeats, sizeof *a), *b = calloc((size_t)repeats, sizeof *b);
+        double *diff = calloc((size_t)repeats, sizeof *diff);
+        for (int r = 0; r < repeats; r++) {
+            for (int half = 0; half < 2; half++) {
+                int via_dlsym = (r + half) % 2;
+                CHECK(D.ctx_sync());
+                double t0 = now_ns();
+                if (via_dlsym)
+                    for (long k = 0; k < iterations; k++) CHECK(D.launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+                else
+                    for (long k = 0; k < iterations; k++) CHECK(direct(fn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+                CHECK(D.ctx_sync());
+                (via_dlsym ? a : b)[r] = (now_ns() - t0) / iterations;
+            }
+            diff[r] = a[r] - b[r];
+        }
+        printf("RESULT {\"pid\": %d, \"limiter_loaded\": %s, \"iterations\": %ld, \"repeats\": %d, "
+               "\"distinct\": %s, \"dlsym_ns\": [",
+               (int)getpid(), limiter_loaded() ? "true" : "false", iterations, repeats,
+               (void *)direct != *(void **)&D.launch ? "true" : "false");
+        for (int r = 0; r < repeats; r++) printf("%s%.2f", r ? ", " : "", a[r]);
+        printf("], \"driver_ns\": [");
+        for (int r = 0; r < repeats; r++) printf("%s%.2f", r ? ", " : "", b[r]);
+        double base = median(b, repeats);
+        printf("], \"driver_median_ns\": %.2f, \"added_ns\": %.2f}\n", base, median(diff, repeats));
+        fflush(stdout);
+        return 0;
+    }
     double *per = calloc((size_t)repeats, sizeof *per), *sorted = calloc((size_t)repeats, sizeof *sorted);
     for (int r = 0; r < repeats; r++) {
         CHECK(D.ctx_sync());
