@@ -199,7 +199,7 @@ int gl_table_lookup(const struct gl_table *t, const char *tenant, int index, con
 }
 
 struct gl_cfg gl_cfg_closed(void) {
-    struct gl_cfg c = {0, 10, POLICY_FIXED, CLASS_OFFLINE};
+    struct gl_cfg c = {.mem_limit = 0, .share_permille = 10, .policy = POLICY_FIXED, .klass = CLASS_OFFLINE};
     return c;
 }
 
@@ -258,7 +258,7 @@ void gl_env_read(struct gl_env *env) {
 }
 
 struct gl_cfg gl_cfg_lower(const struct gl_cfg *table, int found, const struct gl_env *env, int dev) {
-    struct gl_cfg c = {GL_MEM_NONE, 0, POLICY_BEST_EFFORT, CLASS_ONLINE};
+    struct gl_cfg c = {.mem_limit = GL_MEM_NONE, .share_permille = 0, .policy = POLICY_BEST_EFFORT, .klass = CLASS_ONLINE};
     if (found) c = *table;
     uint64_t mem = (dev >= 0 && dev < GL_MAX_DEV && env->mem_limit_dev[dev]) ? env->mem_limit_dev[dev] : env->mem_limit_all;
     if (mem && mem < c.mem_limit) c.mem_limit = mem;

@@ -348,7 +348,7 @@ static void after_fork_child(void) {
             close(d->fd);
             munmap(d->rg, RG_TOTAL_SIZE);
         }
-        memset((char *)d + offsetof(struct gl_dev, index), 0, sizeof *d - offsetof(struct gl_dev, index));
+        memset((void *)d, 0, sizeof *d); /* atomics included: the child has one thread */
         atomic_store(&d->local_used, 0);
         atomic_store(&d->mlock, 0);
         atomic_store(&d->sched_off, 0);
