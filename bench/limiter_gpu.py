@@ -30,9 +30,16 @@ GIB = torchlab.GIB
 MIB = torchlab.MIB
 
 
-MEASURES = ("memory-default", "memory-expandable", "shares", "overhead", "overhead-driver")
+MEASURES = (
+    "memory-default",
+    "memory-expandable",
+    "shares",
+    "overhead",
+    "overhead-driver",
+    "overhead-in-process",
+)
 # Measures added after the first recorded runs: a directory of an older run may lack them.
-OPTIONAL = ("overhead-driver",)
+OPTIONAL = ("overhead-driver", "overhead-in-process")
 ENGINE_NAMES = {"gpuops": "gpuops", "hami": "HAMi-core"}
 HAMI_LIB = ROOT / ".hami" / "libvgpu.so"
 
@@ -75,6 +82,7 @@ def measure(seconds: float, engine: str = "gpuops", only: tuple[str, ...] = MEAS
         "overhead-driver": lambda n: torchlab.measure_overhead(
             n, iterations=50000, repeats=10, rounds=7, program="cu_launch.c"
         ),
+        "overhead-in-process": torchlab.measure_launch_in_process,
     }
     with tempfile.TemporaryDirectory(prefix="gpuops-limiter-gpu-") as tmp:
         for name in only:
@@ -176,8 +184,27 @@ def _overhead_cell(o: dict[str, Any] | None, name: str) -> str:
     if "overhead_of_medians" in c:
         figure += f" (median process {c['overhead_of_medians']:+.1%})"
     if c.get("library"):
-        return figure + " (code before the change, not judged)"
-    return f"{figure} {verdict([p for p in torchlab.overhead_problems(o) if p.startswith(name + ':')])}"
+        return figure + " (code before the change)"
+    return figure
+
+
+def _in_process_cell(o: dict[str, Any] | None, name: str) -> str:
+    if not o or name not in o.get("configs", {name: None}):
+        return "-"
+    if "error" in o:
+        return _error_cell(o["error"])
+    c = o["configs"][name]
+    figure = (
+        f"{c['added_ns']:+.0f} ns to a {c['driver_ns']:.0f} ns launch: {c['overhead']:+.1%} "
+        f"(per process {', '.join(f'{v:+.0f}' for v in c['added_ns_per_process'])} ns)"
+    )
+    if c.get("library"):
+        return figure + " (code before the change)"
+    if c["tenant"] is None:
+        return figure + " (the method's noise: both blocks are the driver's)"
+    return (
+        f"{figure} {verdict([p for p in torchlab.launch_in_process_problems(o) if p.startswith(name + ':')])}"
+    )
 
 
 def render(figures: dict[str, Any], hami: dict[str, Any] | None = None) -> str:
@@ -241,23 +268,43 @@ def render(figures: dict[str, Any], hami: dict[str, Any] | None = None) -> str:
                 continue
             row(
                 f"{loop}, {name} tenant",
-                f"<= {torchlab.OVERHEAD_MAX:.0%}",
+                "recorded",
                 [_overhead_cell(e.get(measure_name), name) for e in engines],
+            )
+    ip = figures.get("overhead-in-process")
+    if ip and "configs" in ip:
+        for name in ip["configs"]:
+            row(
+                f"added to one `cuLaunchKernel` inside one process, {name}",
+                f"<= {torchlab.OVERHEAD_MAX:.0%}",
+                [_in_process_cell(e.get("overhead-in-process"), name) for e in engines],
             )
     lines += [
         "",
         f"Launch-bound loop: {o['iterations']} iterations x {o['repeats']} repeats per process, "
         f"{o['rounds']} processes per configuration in turn, each pinned to CPUs {o.get('cpus', 'any')}; "
         "each figure is the best process's median (in brackets: the median process against the median "
-        "process without the limiter).",
+        "process without the limiter). Between processes these loops are recorded, not judged: processes "
+        "of one configuration spread by 10-40%, with or without the limiter.",
     ]
+    if ip and "configs" in ip:
+        lines.append(
+            f"In one process (the overhead acceptance, `cu_launch.c ab`): {ip['repeats']} pairs of blocks of "
+            f"{ip['iterations']} launches, through the limiter and straight into the driver, the order "
+            f"turning each pair; {ip['rounds']} processes per configuration; the figure is the median "
+            "difference."
+        )
     d = figures.get("overhead-driver")
     if d and "configs" in d:
         lines.append(
             f"Driver loop: {d['iterations']} launches x {d['repeats']} repeats per process, {d['rounds']} "
             f"processes per configuration. On this driver one event record costs "
             f"{d.get('event_record_ns', 0):.0f} ns and one query of a completed event "
-            f"{d.get('event_query_ns', 0):.0f} ns (the calls the limiter makes to measure GPU time). "
+            f"{d.get('event_query_ns', 0):.0f} ns (the calls the limiter makes to measure GPU time)."
+        )
+    measured = [figures.get(m) or {} for m in ("overhead", "overhead-driver", "overhead-in-process")]
+    if any(c.get("library") for m in measured for c in m.get("configs", {}).values()):
+        lines.append(
             '"before": the limiter built from the commit before the change, in the same rounds '
             "($GPUOPS_LIMITER_BEFORE)."
         )

@@ -688,7 +688,10 @@ def launch_in_process_problems(r: dict[str, Any]) -> list[str]:
     return problems
 
 
-def overhead_problems(r: dict[str, Any]) -> list[str]:
+def overhead_problems(r: dict[str, Any], judge: bool = True) -> list[str]:
+    """The loop's checks; judge=False leaves the overhead itself to the in-process measure
+    (the figures between processes are recorded, not judged: on an H100 host the medians of
+    processes of one configuration, without the limiter, spread from 6.9 to 11.5 us)."""
     problems = []
     base = r["configs"]["no limiter"]
     unit = "launch" if r.get("program", "").endswith(".c") else "iteration"
@@ -701,7 +704,7 @@ def overhead_problems(r: dict[str, Any]) -> list[str]:
             continue
         if not all(c["limiter_loaded"]):
             problems.append(f"{name}: the limiter library was not loaded in every run")
-        if c.get("library"):  # the code before a change: figures to compare, not judged
+        if c.get("library") or not judge:  # the code before a change: figures to compare
             continue
         if c["overhead"] > OVERHEAD_MAX:
             problems.append(
