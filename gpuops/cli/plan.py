@@ -233,14 +233,18 @@ def assert_command(
     """Exit 0 when every node has what fleet.yaml says, 1 with the differences when not."""
     _fleet, plan = _make(fleet_file, parallel)
     if plan.changes or plan.failed:
-        _print_plan(plan)
         unread = [n.name for n in plan.nodes if n.error]
-        if unread and not plan.changes:  # docs/cli.md: no verdict on nodes that could not be read
+        if unread and not plan.changes and not any(n.failed and not n.error for n in plan.nodes):
+            # docs/cli.md: no verdict on nodes that could not be read; one message says so
+            for line in plan_lines(plan, summary=False):
+                _out.print(line)
             _out.print(
                 "[red]Cannot tell whether the live state matches fleet.yaml: "
-                f"{len(unread)} node(s) could not be read ({escape(', '.join(unread))}).[/]"
+                f"{len(unread)} node(s) could not be read ({escape(', '.join(unread))}); "
+                f"the {len(plan.nodes) - len(unread)} node(s) read match.[/]"
             )
         else:
+            _print_plan(plan)
             _out.print("[red]The live state does not match.[/]")
         raise typer.Exit(EXIT_ERROR)
     _out.print("The live state matches fleet.yaml.")

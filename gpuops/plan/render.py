@@ -10,12 +10,14 @@ from gpuops.plan.model import ADD, CHANGE, REMOVE, GpuPlan, NodePlan, Plan
 _STYLE = {ADD: "green", CHANGE: "yellow", REMOVE: "red"}
 
 
-def plan_lines(plan: Plan, *, show_unchanged: bool = False) -> list[str]:
-    """Rich-markup lines of the plan."""
+def plan_lines(plan: Plan, *, show_unchanged: bool = False, summary: bool = True) -> list[str]:
+    """Rich-markup lines of the plan (summary=False: without the closing summary line, for a
+    command that gives its own verdict)."""
     lines: list[str] = []
     for node in plan.nodes:
         lines += node_lines(node, show_unchanged=show_unchanged)
-    lines.append(summary_line(plan))
+    if summary:
+        lines.append(summary_line(plan))
     return lines
 
 
