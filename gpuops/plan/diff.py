@@ -505,6 +505,7 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
         mps=mps if MPS in kinds else None,
         limiter=limiter if LIMITER in kinds else None,
         partition=partition if PARTITION in kinds else None,
+        notes=desired.notes,
     )
 
 

@@ -230,6 +230,7 @@ def _gpu(data: Any, where: str) -> GpuPlan:
         mps=_mps(data, where),
         limiter=_limiter(data, where),
         partition=_partition(data, where),
+        notes=_texts(data, "notes", where),
     )
 
 

@@ -157,6 +157,7 @@ class GpuPlan:
     mps: MpsPayload | None = None
     limiter: tuple[Terms, ...] | None = None  # the tenant lines wanted on this GPU
     partition: PartitionPayload | None = None
+    notes: tuple[str, ...] = ()  # shown with the plan, never applied (what fleet.yaml leaves alone)
 
     @property
     def changes(self) -> bool:
@@ -189,6 +190,7 @@ class GpuPlan:
             "limiter": terms_json(self.limiter) if self.limiter is not None else None,
             # Only on GPUs it changes: plans of NVIDIA GPUs stay as they were, key for key.
             **({"partition": self.partition.to_json()} if self.partition is not None else {}),
+            **({"notes": list(self.notes)} if self.notes else {}),
         }
 
 

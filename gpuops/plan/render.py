@@ -26,7 +26,7 @@ def node_lines(node: NodePlan, *, show_unchanged: bool = False) -> list[str]:
         return [f"[bold]node {escape(node.name)}[/]: [red]cannot plan: {escape(node.error)}[/]"]
     lines = [f"  [red]error:[/] {escape(p)}" for p in node.problems]
     for gpu in node.gpus:
-        if gpu.changes or gpu.problems:
+        if gpu.changes or gpu.problems or gpu.notes:
             lines += gpu_lines(gpu)
     if not lines and not show_unchanged:
         return []
@@ -39,6 +39,8 @@ def gpu_lines(gpu: GpuPlan) -> list[str]:
     lines = [f"  GPU {gpu.index}  {escape(gpu.name)}  [dim]{escape(gpu.uuid)}[/]"]
     for problem in gpu.problems:
         lines.append(f"    [red]error:[/] {escape(problem)}")
+    for note in gpu.notes:
+        lines.append(f"    [yellow]note:[/] {escape(note)}")
     for action in gpu.actions:
         style = _STYLE[action.marker]
         line = f"    [{style}]{action.marker} {escape(action.text)}[/]"

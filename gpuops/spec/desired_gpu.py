@@ -50,6 +50,7 @@ class DesiredGpu:
     solved_layout: SolvedLayout | None = None
     problems: tuple[SpecIssue, ...] = ()
     partition: DesiredPartition | None = None
+    notes: tuple[str, ...] = ()  # what the file's entries leave alone on this GPU, and why
 
     @property
     def ok(self) -> bool:
@@ -114,6 +115,25 @@ def desired_for(
                     f"MIG on a GPU without MIG ({model}, not in gpuops' MIG catalog)",
                     "select MIG-capable GPUs only; by node or model, GPUs without MIG are skipped",
                 )
+    # mig: an entry enabling MIG on every GPU of its nodes passes over a GPU without MIG; mig-parted
+    # stops with an error there (an enabled spec without device-filter), so the plan says so.
+    notes: list[str] = []
+    if gpu.mig_capable is False:
+        for i, entry in enumerate(entries):
+            gpus_sel = entry.select.gpus
+            if (
+                entry.mig is not None
+                and entry.mig.enabled
+                and not names_gpus(gpus_sel)
+                and (gpus_sel is None or gpus_sel.model is None)
+                and match_entry(entry, i, sel, gpu) == YES
+            ):
+                notes.append(
+                    f"{where(i)}: MIG left as it is on {gpu.describe()}: {model} has no MIG "
+                    "(the entry enables MIG on every GPU of its nodes; mig-parted stops with an error "
+                    "on such a GPU; select models to say which)"
+                )
+                break
     # partition: the same for a GPU without partition modes
     if gpu.partition_capable is False:
         for i, entry in enumerate(entries):
@@ -162,7 +182,9 @@ def desired_for(
                         found_modes.describe(),
                     )
     unique = tuple(sorted(set(issues), key=SpecIssue.sort_key))
-    return DesiredGpu(node.name, gpu_index, gpu_uuid, model, mig, mps, limiter, solved, unique, partition)
+    return DesiredGpu(
+        node.name, gpu_index, gpu_uuid, model, mig, mps, limiter, solved, unique, partition, tuple(notes)
+    )
 
 
 def entry_location(doc: Document, i: int) -> str:

@@ -16,6 +16,7 @@ from gpuops.plan.diff import make_plan, plan_node
 from gpuops.plan.document import plan_from_json
 from gpuops.plan.live import LimiterLine, MpsDaemon, NodeLive, parse_config
 from gpuops.plan.model import PLAN_VERSION, PlanError
+from gpuops.plan.render import plan_lines
 from gpuops.spec.loader import parse_fleet
 
 GIB = 1024**3
@@ -199,3 +200,30 @@ def test_garbage_plans_are_plan_errors(data: Any) -> None:
         plan_from_json(data)
     except PlanError as exc:
         assert str(exc)
+
+
+def test_mig_on_every_gpu_notes_the_gpus_without_mig_it_skips() -> None:
+    # issue 19: mig-parted stops with an error on a GPU without MIG under an enabled spec without
+    # a device-filter; gpuops skips it, and says so in the plan instead of silently.
+    backend = _sim([{"model": "H100-80GB"}, {"model": "L40S"}])
+    fleet = _fleet('  - select: {nodes: n1}\n    mig: {enabled: true, profiles: {"1g.10gb": 7}}\n')
+    plan = make_plan(fleet, [_live(backend)])
+    h100, l40s = plan.nodes[0].gpus
+    assert h100.actions and not h100.notes
+    assert not l40s.actions and not l40s.problems and plan.exit_code() == 2
+    (note,) = l40s.notes
+    assert note.startswith("fleet.yaml:8:5: MIG left as it is")
+    assert "has no MIG" in note and "mig-parted" in note
+    shown = "\n".join(plan_lines(plan))
+    assert "GPU 1" in shown and "note:" in shown and "has no MIG" in shown
+    # notes are shown, not applied: a saved plan keeps them and reads back equal
+    assert plan_from_json(json.loads(json.dumps(plan.to_json()))).nodes[0].gpus[1].notes == l40s.notes
+    # an entry that names its models has nothing to say about other models
+    named = _fleet(
+        "  - select: {nodes: n1, gpus: {model: H100-80GB}}\n"
+        '    mig: {enabled: true, profiles: {"1g.10gb": 7}}\n'
+    )
+    assert not make_plan(named, [_live(backend)]).nodes[0].gpus[1].notes
+    # and MIG off on every GPU is fine on GPUs without MIG, as in mig-parted
+    off = _fleet("  - select: {nodes: n1}\n    mig: {enabled: false}\n")
+    assert not make_plan(off, [_live(backend)]).nodes[0].gpus[1].notes
