@@ -20,6 +20,7 @@ from rich.text import Text
 
 from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
+from gpuops.cli.fleet_file import load_or_fail as load_or_fail  # where callers have found it
 from gpuops.cli.sources import (
     PROMETHEUS_HELP,
     live_fleet,
@@ -33,7 +34,7 @@ from gpuops.core.units import UnitError, format_duration, parse_duration
 from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, FleetSnapshot
 from gpuops.fleet.remote_agent import PUSHED
 from gpuops.fleet.ssh import run
-from gpuops.spec import Fleet, SpecError, load_fleet
+from gpuops.spec import Fleet
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views import format as render
 from gpuops.views.nodes import node_summary
@@ -44,13 +45,6 @@ EXIT_PARTIAL = 3  # discover: some nodes could not be reached
 DISCOVERY_TIMEOUT = 30.0  # status: seconds the first snapshot waits for slow nodes
 
 _STATE_STYLE = {LIVE: "green", STALE: "yellow", UNREACHABLE: "red", "connecting": "dim"}
-
-
-def load_or_fail(path: Path) -> Fleet:
-    try:
-        return load_fleet(str(path))
-    except SpecError as exc:
-        fail(str(exc).replace("\n", "\n       "))
 
 
 def _interval(text: str | None, fleet: Fleet) -> float:

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from gpuops.cli.errors import fail
-from gpuops.cli.fleet import load_or_fail
+from gpuops.cli.fleet_file import load_or_fail
 from gpuops.spec.dump import dump_yaml
 from gpuops.spec.inventory import InventoryError, dynamic_host, dynamic_list, inventory
 

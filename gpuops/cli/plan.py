@@ -14,25 +14,26 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
 
 from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
-from gpuops.cli.fleet import load_or_fail
-from gpuops.fleet.targets import node_targets
-from gpuops.plan.apply import CHANGED, PARTIAL, UNCHANGED, NodeResult, apply_fleet, shown_node, stale_gpus
+from gpuops.cli.fleet_file import load_or_fail
 from gpuops.plan.diff import make_plan
 from gpuops.plan.export import carve_entries
-from gpuops.plan.live import NodeLive, read_fleet
+from gpuops.plan.live import NodeLive
 from gpuops.plan.model import Plan, PlanError, digest
 from gpuops.plan.render import plan_lines
 from gpuops.plan.saved import EditedPlanError, plan_document, read_plan, save_plan
 from gpuops.spec import Fleet
 from gpuops.spec.dump import carve_section, dump_yaml
 from gpuops.spec.edit import EditError, set_carve
+
+if TYPE_CHECKING:  # apply's side (SSH) is loaded when a command applies, not by --help
+    from gpuops.plan.apply import NodeResult
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 EXIT_EDITED = 4  # apply --plan: the file is not what gpuops plan -o wrote (its digest differs)
@@ -50,6 +51,9 @@ def _read_bytes(path: Path) -> bytes:
 
 
 def _live(fleet: Fleet, parallel: int, names: set[str] | None = None) -> list[NodeLive]:
+    from gpuops.fleet.targets import node_targets
+    from gpuops.plan.live import read_fleet
+
     targets = [t for t in node_targets(fleet) if names is None or t.name in names]
     return asyncio.run(read_fleet(targets, parallel=parallel, handshakes=fleet.max_handshakes))
 
@@ -85,6 +89,8 @@ def _document(plan: Plan) -> dict[str, Any]:
 
 
 def _results_table(results: list[NodeResult]) -> None:
+    from gpuops.plan.apply import CHANGED, PARTIAL, UNCHANGED
+
     for r in sorted(results, key=lambda r: r.name):
         style = {CHANGED: "green", UNCHANGED: "dim", PARTIAL: "yellow"}.get(r.status, "red")
         _out.print(f"[bold]node {r.name}[/]: [{style}]{r.status}[/]" + (f": {r.error}" if r.error else ""))
@@ -173,6 +179,9 @@ def apply_command(
             raise typer.Exit(EXIT_ERROR)
         return
     _confirm(yes, plan)
+    from gpuops.fleet.targets import node_targets
+    from gpuops.plan.apply import apply_fleet
+
     saved = {n.name: n for n in plan.nodes if n.changes or n.failed}
     results = asyncio.run(apply_fleet(fleet, node_targets(fleet), saved, force=force, parallel=parallel))
     _finish(results, as_json)
@@ -181,6 +190,9 @@ def apply_command(
 def _apply_saved(
     fleet_file: Path | None, plan_file: Path, yes: bool, force: bool, parallel: int, as_json: bool
 ) -> None:
+    from gpuops.fleet.targets import node_targets
+    from gpuops.plan.apply import apply_fleet, shown_node, stale_gpus
+
     plan = _load_plan(plan_file)
     source = fleet_file or (Path(plan.fleet_file) if plan.fleet_file else None)
     if source is None:

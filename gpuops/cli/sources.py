@@ -6,14 +6,15 @@ built on them do not know which one it is (docs/prometheus-source.md)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gpuops.cli.errors import fail
-from gpuops.fleet.collector import Collector, FleetSnapshot
-from gpuops.fleet.promql.source import ExpectedNode, PromSource
-from gpuops.fleet.targets import node_targets
 from gpuops.spec import Fleet, fleet_from_data
 from gpuops.spec.types import parse_prometheus_url
+
+if TYPE_CHECKING:  # the sources themselves are loaded when a command reads (not for --help)
+    from gpuops.fleet.collector import FleetSnapshot
+    from gpuops.fleet.promql.source import PromSource
 
 PROMETHEUS_HELP = (
     "Read the fleet from this Prometheus (its HTTP API's base URL) instead of over SSH "
@@ -53,6 +54,8 @@ def require_fleet_or_prometheus(fleet_file: Path | None, prometheus: str | None)
 
 def prometheus_source(url: str, fleet: Fleet | None, interval: float) -> PromSource:
     """fleet.yaml's nodes (all nodes Prometheus has, without one) read from `url`."""
+    from gpuops.fleet.promql.source import ExpectedNode, PromSource
+
     options = fleet.live_source if fleet is not None else None
     expected = (
         [ExpectedNode(n.name, n.owner) for n in fleet.nodes] if fleet is not None and fleet.nodes else None
@@ -70,4 +73,7 @@ def live_fleet(fleet: Fleet, url: str | None, interval: float, has_file: bool = 
     """The source a live command reads: Prometheus at `url`, else the fleet's nodes over SSH."""
     if url is not None:
         return prometheus_source(url, fleet if has_file else None, interval)
+    from gpuops.fleet.collector import Collector
+    from gpuops.fleet.targets import node_targets
+
     return Collector(node_targets(fleet), interval=interval, max_handshakes=fleet.max_handshakes)

@@ -30,12 +30,11 @@ from rich.table import Table
 
 from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
-from gpuops.cli.fleet import load_or_fail
+from gpuops.cli.fleet_file import load_or_fail
 from gpuops.cli.sources import prometheus_url
 from gpuops.core.atomic_file import atomic_write
 from gpuops.core.history import History
 from gpuops.core.units import format_bytes, parse_percent
-from gpuops.fleet.targets import node_targets
 from gpuops.spec import Fleet, dump_fleet, fleet_from_data
 from gpuops.spec.errors import SpecError
 from gpuops.tenancy.accounting import (
@@ -106,6 +105,7 @@ def _evidence(fleet: Fleet, window_text: str, parallel: int, url: str | None = N
     else:
         # Imported here: the import lines belong to the CLI's lazy start-up (cli/main.py).
         from gpuops.cli.read_progress import read_progress
+        from gpuops.fleet.targets import node_targets
 
         targets = node_targets(fleet)
         with read_progress(len(targets), f"reading {window.text} of history") as done:

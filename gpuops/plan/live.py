@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.core.model import Gpu, Node, NodeSample
 from gpuops.fleet.agent_client import AgentClient, AgentError
-from gpuops.fleet.collector import NodeTarget
-from gpuops.fleet.session import node_agent
-from gpuops.fleet.ssh import SshError
+from gpuops.fleet.errors import SshError
+
+if TYPE_CHECKING:  # the SSH side is loaded by what reads nodes, not by what plans (--help)
+    from gpuops.fleet.collector import NodeTarget
 
 READ_TIMEOUT = 60.0
 
@@ -174,6 +175,8 @@ async def read_node(client: AgentClient, name: str) -> NodeLive:
 
 async def read_live(target: NodeTarget, handshakes: asyncio.Semaphore | None = None) -> NodeLive:
     """One node's live state; never raises for a node that cannot be read."""
+    from gpuops.fleet.session import node_agent
+
     try:
         async with node_agent(target, handshakes) as client:
             return await asyncio.wait_for(read_node(client, target.name), READ_TIMEOUT)

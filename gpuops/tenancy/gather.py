@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gpuops.core.history import History
 from gpuops.fleet.agent_client import AgentError
-from gpuops.fleet.collector import NodeTarget
-from gpuops.fleet.session import node_agent
-from gpuops.fleet.ssh import SshError
+from gpuops.fleet.errors import SshError
 from gpuops.tenancy.accounting import Window
+
+if TYPE_CHECKING:  # the SSH client is loaded when nodes are read, not by `--help`
+    from gpuops.fleet.collector import NodeTarget
 
 READ_TIMEOUT = 60.0
 
@@ -21,6 +23,8 @@ async def read_history(
     target: NodeTarget, window: Window, now: float, handshakes: asyncio.Semaphore | None = None
 ) -> History | str:
     """A node's buckets over the window, or why they could not be read (never raises)."""
+    from gpuops.fleet.session import node_agent
+
     since = window.starts(now)[0]
     try:
         async with node_agent(target, handshakes) as client:

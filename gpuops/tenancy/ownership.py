@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpuops.core.model import Gpu, GpuProcess
-from gpuops.fleet.collector import NodeView
 from gpuops.tenancy.attribution import AttributionChain, AttributionContext, default_chain
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: the collector (and SSH) load with the live views
+    from gpuops.fleet.collector import NodeView
     from gpuops.fleet.simfleet import SimFleetPlan
     from gpuops.spec import Fleet
 

@@ -113,6 +113,23 @@ def test_a_light_command_imports_no_operator_side(args: list[str], tmp_path: Pat
     assert heavy == [], heavy
 
 
+@pytest.mark.parametrize("command", ["tenants", "inventory", "rebalance", "plan", "assert"])
+def test_help_of_a_fleet_command_does_not_load_ssh(command: str, tmp_path: Path) -> None:
+    # issue 22: `--help` shows the options; the SSH client (asyncssh, ~90 ms) is for running.
+    out = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", REPORT, command, "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MODULES_OUT": str(out)},
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(out.read_text())
+    assert [m for m in loaded if m == "asyncssh" or m.startswith("asyncssh.")] == []
+
+
 def test_a_command_loads_when_run_and_a_typo_is_still_told() -> None:
     done = _gpuops("spec-check")
     assert done.returncode == 2 and "No such command 'spec-check'" in done.stderr
