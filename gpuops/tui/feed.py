@@ -316,6 +316,15 @@ class AttributionWarnings:
         return tuple(self._seen.values())
 
 
+def _first_answers_in(snapshot: FleetSnapshot) -> bool:
+    """Whether the fleet's first answers are in: some node has data and none is still on its
+    first connection (connecting, never sampled). Unreachable nodes have answered (with why)."""
+    nodes = snapshot.nodes
+    return any(n.sample is not None for n in nodes) and not any(
+        n.state == CONNECTING and n.sample is None for n in nodes
+    )
+
+
 class Feed:
     """Builds a FleetState from its source once per period (or when told) and hands it on."""
 
@@ -339,6 +348,7 @@ class Feed:
         self.health = HealthLog()
         self.first_seen = FirstSeen()
         self.gpu_history = GpuHistory()
+        self._recording = False  # the teams' history: from the first state with every node's answer
 
     def use_fleet(self, fleet: Fleet) -> None:
         """Owners, teams, pools and attribution from this fleet.yaml from the next build on (the
@@ -349,7 +359,11 @@ class Feed:
         now = self.clock()
         snapshot = self.source.snapshot(now)
         tenants = tenant_rows(snapshot, self.ownership)
-        self.history = self.history.record(now, tenants)
+        if self._recording or _first_answers_in(snapshot):
+            # Not before: a team's figures before its nodes answered are not zeros, and a
+            # sparkline starting from them would draw a value that never changed as a rise.
+            self._recording = True
+            self.history = self.history.record(now, tenants)
         self.warnings.update(now, snapshot, self.ownership, tenants)
         self.health.update(snapshot)
         self.first_seen.update(snapshot, now)

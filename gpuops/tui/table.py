@@ -39,6 +39,16 @@ class Column:
     justify: str = "left"  # left | right
 
 
+def table_width(columns: Sequence[Column], rows: Sequence[Row]) -> int:
+    """The cells a LiveTable of these columns and rows is wide (as `set_rows` sizes it)."""
+    widths = [len(c.label) for c in columns]
+    for _, cells in rows:
+        for i, cell in enumerate(cells[: len(widths)]):
+            n = cell.cell_len if isinstance(cell, Text) else len(cell)
+            widths[i] = max(widths[i], n)
+    return sum(widths) + GAP * len(widths) + 1
+
+
 class LiveTable(ScrollView, can_focus=True):
     DEFAULT_CSS = """
     LiveTable { height: 1fr; overflow-x: auto; overflow-y: auto; }

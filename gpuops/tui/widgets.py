@@ -29,21 +29,51 @@ class TopBar(Static):
     TopBar { dock: top; height: 1; background: $panel; color: $text; }
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._drawn: tuple[str, str, str, bool] | None = None
+
     def draw(self, view: str, title: str, source: str, readonly: bool) -> None:
+        self._drawn = (view, title, source, readonly)
+        self.update(self._text(self.size.width or 200))
+
+    def on_resize(self) -> None:
+        if self._drawn is not None:
+            self.update(self._text(self.size.width))
+
+    def _text(self, width: int) -> Text:
+        """In `width` cells, READONLY always. Where the line is too long, the other views' names
+        go first (the one shown stays), then the source is cut in its middle (its state and
+        reason kept), then the title is cut; each cut with '…', never a word cut without a sign."""
+        assert self._drawn is not None
+        view, title, source, readonly = self._drawn
+        flag = Text("  READONLY ", style="bold #000000 on #ffaf00") if readonly else Text()
+        head = Text(f" │ {title}", style="bold")
+        tail = Text(f" │ {source}", style="dim") if source else Text()
+        text = self._views(view, every=True)
+        if text.cell_len + head.cell_len + tail.cell_len + flag.cell_len > width:
+            text = self._views(view, every=False)
+        room = width - text.cell_len - flag.cell_len
+        if head.cell_len <= room:
+            text.append_text(head)
+            if room - head.cell_len >= 8:
+                text.append_text(_cut_middle(tail, room - head.cell_len))
+        else:
+            text.append_text(_cut(head, room))
+        text.append_text(flag)
+        return text
+
+    @staticmethod
+    def _views(view: str, every: bool) -> Text:
         text = Text()
         text.append(" gpuops ", style="bold #000000 on #5fafff")
         text.append(" ")
         for name in VIEWS:
             if name == view:
                 text.append(f" {name} ", style="bold reverse")
-            else:
+            elif every:
                 text.append(f" {name} ", style="dim")
-        text.append(f" │ {title}", style="bold")
-        if source:
-            text.append(f" │ {source}", style="dim")
-        if readonly:
-            text.append("  READONLY ", style="bold #000000 on #ffaf00")
-        self.update(text)
+        return text
 
 
 class StatusBar(Static):
@@ -142,6 +172,59 @@ class StatusBar(Static):
         if sort and not short:
             text.append(f"│ sort {sort} ", style="dim")
         return text
+
+
+def whole_parts(parts: list[Text], width: int, sep: str = " · ") -> Text:
+    """The parts joined by `sep`, as many whole ones as fit `width` in order (the first always);
+    never a part cut in two."""
+    text = Text()
+    if parts:
+        text.append_text(parts[0])  # (a copy of parts[0] would lend its style to what follows)
+    for part in parts[1:]:
+        if text.cell_len + len(sep) + part.cell_len > width:
+            break
+        text.append(sep)
+        text.append_text(part)
+    return text
+
+
+def flow_parts(parts: list[Text], width: int, sep: str = " · ", indent: str = "  ") -> Text:
+    """The parts joined by `sep` on as many lines as they need, each line within `width` where a
+    part fits at all: a line breaks between parts, never inside one."""
+    text = Text()
+    line = 0
+    for i, part in enumerate(parts):
+        if i and line + len(sep) + part.cell_len > width:
+            text.append("\n" + indent)
+            line = len(indent)
+        elif i:
+            text.append(sep)
+            line += len(sep)
+        text.append_text(part)
+        line += part.cell_len
+    return text
+
+
+def _cut_middle(text: Text, width: int) -> Text:
+    """`text` in at most `width` cells: its start and its end (a source's state and reason),
+    '…' where the middle was left out."""
+    if text.cell_len <= width:
+        return text
+    if width <= 1:
+        return Text()
+    end = (width - 1) // 2
+    start = width - 1 - end
+    said = text.plain.find(": ") + 2  # a state said before its reason ('source unreachable: …')
+    if 2 <= said <= width - 1 - 12:
+        start, end = said, width - 1 - said
+        last = text.plain.rfind(": ") + 2  # and the last part whole where it fits ('timeout (…)')
+        if last > said and text.cell_len - last <= end:
+            end = text.cell_len - last
+            start = width - 1 - end
+    out = text[:start]
+    out.append("…", style=text.style)
+    out.append_text(text[text.cell_len - end :])
+    return out
 
 
 def _cut(text: Text, width: int) -> Text:
@@ -243,15 +326,19 @@ class TeamHeader(Static):
     def _text(self, width: int) -> Text:
         f = self.fleet
         assert f is not None
-        text = Text()
-        text.append(f"{render.count(f.gpus, 'GPU')} on {render.count(f.nodes, 'node')}", style="bold")
-        text.append(f" · {render.gpus(f.busy)} busy · ")
-        text.append(f"{render.gpus(f.idle)} idle", style="bold #ffd75f" if f.idle >= 0.05 else "")
+        # The fleet's line: its parts in order of importance, as many whole parts as fit (a
+        # wrapped line would push the chips and the grid down, and cut a figure in two).
+        parts = [Text(f"{render.count(f.gpus, 'GPU')} on {render.count(f.nodes, 'node')}", style="bold")]
+        parts.append(Text(f"{render.gpus(f.busy)} busy"))
+        idle = Text(f"{render.gpus(f.idle)} idle", style="bold #ffd75f" if f.idle >= 0.05 else "")
         if f.held >= 0.05:
-            text.append(f" ({render.gpus(f.held)} held)", style=render.HELD_TEXT)
+            idle.append(f" ({render.gpus(f.held)} held)", style=render.HELD_TEXT)
+        parts.append(idle)
         if f.unknown:
-            text.append(f" · {f.unknown} without data", style="red")
-        text.append(f" · util {render.percent(f.util)} · mem {render.share(f.memory_used, f.memory_total)}")
+            parts.append(Text(f"{f.unknown} without data", style="red"))
+        parts.append(Text(f"util {render.percent(f.util)}"))
+        parts.append(Text(f"mem {render.share(f.memory_used, f.memory_total)}"))
+        text = whole_parts(parts, width)
         legend = Text("   cell ", style="dim")
         legend.append(" 96", style=render.util_style(96))
         legend.append(" 80", style=render.mem_style(80))

@@ -198,11 +198,11 @@ class ViewScreen(Screen[None]):
             self.close_prompt(cancel=False)
             return
         error = self.gapp.run_command(event.value)
-        if error:
-            self.prompt.hint(error, error=True)
-            return
         if self.prompt.is_open:
             self.close_prompt(cancel=False)
+        if error:
+            # As a command's other answers: the bar closes (its text gone), the status line says why.
+            self.flash(error)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         app = self.gapp

@@ -55,6 +55,7 @@ PROC_COLUMNS = (
     Column("Command", "command"),
 )
 SLICE_WIDTH = 11
+MIN_SLICE_WIDTH = 5
 
 
 def _gpus(view: NodeView) -> tuple[Gpu, ...]:
@@ -95,14 +96,29 @@ def node_header(view: NodeView, now: float) -> Text:
     return text
 
 
-def slice_bar(count: int, spans: tuple[SliceSpan, ...]) -> Text:
-    """The GPU's memory slices as boxes, one per GPU instance (free slices dotted)."""
+def _boxed(lines: tuple[str, ...], width: int) -> list[str]:
+    """A box's lines in exactly `width` cells each, after a space where they all fit with it;
+    a line still too long is cut with '…' (never silently)."""
+    lead = " " if all(len(line) < width for line in lines) else ""
+    out = []
+    for line in lines:
+        if len(line) > width:
+            line = line[: max(0, width - 1)] + "…"
+        out.append(f"{lead}{line}".ljust(width)[:width])
+    return out
+
+
+def slice_bar(count: int, spans: tuple[SliceSpan, ...], width: int = 200) -> Text:
+    """The GPU's memory slices as boxes, one per GPU instance (free slices dotted), in `width`
+    cells: a slice is SLICE_WIDTH cells where they fit, narrower on a small terminal (80
+    columns: 8 slices of 8), its words cut with '…' where they do not fit."""
+    slice_width = max(MIN_SLICE_WIDTH, min(SLICE_WIDTH, (width - 6) // max(1, count)))
     ruler = Text("slice ", style="dim")
     for s in range(count):
-        ruler.append(f"{s:<{SLICE_WIDTH}}", style="dim")
+        ruler.append(f"{s:<{slice_width}}", style="dim")
     rows = [Text("      "), Text("      "), Text("      ")]
     for span in spans:
-        width = span.size * SLICE_WIDTH - 1
+        box = span.size * slice_width - 1
         if span.instance is None:
             style = render.FREE_STYLE
             lines = ("free", "not carved", "")
@@ -113,8 +129,8 @@ def slice_bar(count: int, spans: tuple[SliceSpan, ...]) -> Text:
                 f"GI{span.instance} {render.percent(span.memory)}",
                 ", ".join(span.tenants) if span.tenants else ("idle" if not span.processes else ""),
             )
-        for row, line in zip(rows, lines, strict=True):
-            row.append(f" {line}"[:width].ljust(width), style=style)
+        for row, line in zip(rows, _boxed(lines, box), strict=True):
+            row.append(line, style=style)
             row.append(" ")
     out = Text()
     out.append_text(ruler)
@@ -125,6 +141,7 @@ def slice_bar(count: int, spans: tuple[SliceSpan, ...]) -> Text:
 
 
 SPARK_WIDTH = 60
+MIN_SPARK_WIDTH = 20
 # The detail's sparklines: series, title, unit, fixed top (None: the series' max)
 TRENDS: tuple[tuple[str, str, str, float | None], ...] = (
     ("util", "utilization", "%", 100.0),
@@ -134,28 +151,40 @@ TRENDS: tuple[tuple[str, str, str, float | None], ...] = (
 )
 
 
-def trend_lines(history: GpuHistory | None, node: str, gpu: Gpu) -> list[Text]:
+def trend_lines(history: GpuHistory | None, node: str, gpu: Gpu, width: int = 200) -> list[Text]:
     """The GPU over the session: a sparkline per figure with now/min/max (power on the scale of
-    its limit, where known)."""
+    its limit, where known), each line within `width` cells (narrower sparklines first, then
+    without min/max)."""
     if history is None:
         return []
     index = gpu.info.index
     points = history.points(node, index)
     lines = [Text(f"over the session ({points} samples, the last {history.ring} kept)", style="bold")]
     limit = as_float(gpu.info.power_limit_watts)
+    figures = []
     for series, title, unit, top in TRENDS:
         values = history.series(node, index, series)
+        now = f"  now {values[-1]:.0f}{unit}" if values else ""
+        spread = f"  min {min(values):.0f}{unit}  max {max(values):.0f}{unit}" if values else ""
+        figures.append((series, title, top, values, now, spread))
+    label = 13
+    tail = max((len(now) + len(spread) for *_, now, spread in figures), default=0)
+    short = max((len(now) for *_, now, _ in figures), default=0)
+    spark = min(SPARK_WIDTH, width - label - tail)
+    with_spread = spark >= MIN_SPARK_WIDTH
+    if not with_spread:
+        spark = max(1, min(SPARK_WIDTH, width - label - short))
+    for series, title, top, values, now, spread in figures:
         line = Text(f"{title:>12} ", style="dim")
         if not values:
             line.append("n/a (not reported)", style="dim")
             lines.append(line)
             continue
         peak = top if top is not None else (limit if series == "power" and limit else max(values))
-        line.append(
-            render.sparkline(values, SPARK_WIDTH, peak if peak and peak > 0 else None), style="#87d7ff"
-        )
-        line.append(f"  now {values[-1]:.0f}{unit}", style="bold")
-        line.append(f"  min {min(values):.0f}{unit}  max {max(values):.0f}{unit}", style="dim")
+        line.append(render.sparkline(values, spark, peak if peak and peak > 0 else None), style="#87d7ff")
+        line.append(now, style="bold")
+        if with_spread:
+            line.append(spread, style="dim")
         lines.append(line)
     return lines
 
@@ -203,13 +232,18 @@ def gpu_panel(
     ownership: Ownership,
     history: GpuHistory | None = None,
     events: tuple[tuple[str, HealthEvent], ...] = (),
+    width: int = 200,
 ) -> RichGroup:
+    """The selected GPU's facts, health, trends and MIG layout in `width` cells: its header
+    lines and the MIG layout never wrap (they are laid out for the width)."""
     if gpu is None:
         return RichGroup(Text("No GPU selected (no data from this node yet).", style="dim"))
     parts: list[object] = []
     title = Text()
     title.append(f"GPU {gpu.info.index} · {gpu.info.name}", style="bold")
-    title.append(f" · {gpu.info.uuid} · PCI {gpu.info.pci_bus_id}", style="dim")
+    ids = f"{gpu.info.uuid} · PCI {gpu.info.pci_bus_id}"
+    # Where the ids do not fit after the name, they take a line of their own.
+    title.append(f" · {ids}" if title.cell_len + 3 + len(ids) <= width else f"\n{ids}", style="dim")
     parts.append(title)
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="dim", no_wrap=True)
@@ -237,7 +271,7 @@ def gpu_panel(
     if gpu.processes_error:
         facts.add_row("processes", Text(f"n/a ({gpu.processes_error})", style="yellow"))
     parts.append(facts)
-    parts.extend(trend_lines(history, view.name, gpu))
+    parts.extend(trend_lines(history, view.name, gpu, width))
     mig = gpu.mig
     if gpu.partition is not None:
         parts.append(Text(f"Partition: {partition_summary(gpu.partition)}", style="bold"))
@@ -251,7 +285,7 @@ def gpu_panel(
         parts.append(Text(f"MIG: {mode}{pending} · model {gpu.info.mig_model or '?'}", style="bold"))
         if mig_active(gpu):
             count, spans = mig_layout(gpu, ownership, view)
-            parts.append(slice_bar(count, spans))
+            parts.append(slice_bar(count, spans, width))
             for span in spans:
                 if span.instance is not None:
                     cis = ", ".join(span.compute) or "no compute instance"
@@ -341,6 +375,11 @@ class DetailScreen(ViewScreen):
     def main_widget(self) -> Widget | None:
         return self.query_one("#gpu-table", LiveTable)
 
+    def on_resize(self) -> None:
+        # The GPU panel is laid out for its width (the MIG layout, the sparklines): again once
+        # the new width is known.
+        self.call_after_refresh(self.redraw)
+
     def draw(self, state: FleetState) -> None:
         view = state.node(self.node)
         header = self.query_one("#node-header", Static)
@@ -357,9 +396,9 @@ class DetailScreen(ViewScreen):
         if self.gpu_index is not None:
             table.move_to_key(str(self.gpu_index))
         selected = find_gpu(view, self.gpu_index) if self.gpu_index is not None else None
-        self.query_one("#gpu-panel", Static).update(
-            gpu_panel(view, selected, state.ownership, state.gpu_history, state.health)
-        )
+        panel = self.query_one("#gpu-panel", Static)
+        width = panel.size.width or max(40, self.size.width - 4)
+        panel.update(gpu_panel(view, selected, state.ownership, state.gpu_history, state.health, width))
         self._processes(state, view)
         self.draw_bars()
 

@@ -17,6 +17,7 @@ from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Column, LiveTable, Row
+from gpuops.tui.widgets import whole_parts
 from gpuops.views.processes import NOT_SENT, sort_processes
 
 COLUMNS = (
@@ -126,14 +127,20 @@ class ProcessesScreen(ViewScreen):
                 )
             )
         self.query_one(LiveTable).set_rows(out)
-        note = Text()
         scope = f" of team {self.team}" if self.team is not None else ""
         held = sum(1 for p in rows if p.held)
-        note.append(f"{len(rows)} of {len(everything)} processes{scope}", style="bold")
+        parts = [Text(f"{len(rows)} of {len(everything)} processes{scope}", style="bold")]
         if held:
-            note.append(f" · {held} on held-idle GPUs or slices", style=render.HELD_TEXT)
-        note.append(f" · n/a: {NOT_SENT}", style="dim")
-        self.query_one("#processes-note", Static).update(note)
+            parts.append(Text(f"{held} on held-idle GPUs or slices", style=render.HELD_TEXT))
+        # One line, never wrapped: why the n/a columns are n/a in full where it fits, else short
+        # (`?` explains each column).
+        widget = self.query_one("#processes-note", Static)
+        width = max(40, (widget.size.width or self.size.width - 2))
+        used = sum(p.cell_len + 3 for p in parts)
+        why = f"n/a: {NOT_SENT}"
+        short = "n/a: not sent by the agent (? says)"
+        parts.append(Text(why if used + len(why) <= width else short, style="dim"))
+        widget.update(whole_parts(parts, width))
 
     @on(LiveTable.RowSelected)
     def _selected(self, event: LiveTable.RowSelected) -> None:

@@ -17,6 +17,7 @@ from gpuops.tui.feed import FLEET_WIDE, FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Cell, Column, LiveTable, Row
+from gpuops.tui.widgets import flow_parts
 from gpuops.views.tenant_history import TenantHistory
 from gpuops.views.tenants import TenantRow, sort_tenants
 
@@ -187,27 +188,34 @@ class TenantsScreen(ViewScreen):
             panel.update(Text("no team matches", style="dim"))
             return
         history = state.history
-        head = Text()
         if row.pool is not None:
-            head.append(row.team, style=f"bold {render.POOL_COLOR}")
-            head.append(
-                f"  {render.count(row.owned, 'GPU')} ({render.size(row.memory_owned)})"
-                f" · guarantees {render.gpus(row.guaranteed)} to teams"
-                f" · idle {render.gpus(row.idle)} · waste {render.gpus(row.waste)}"
-                " · its teams' use is on their rows · Enter: the Pool screen"
-            )
+            first = Text()
+            first.append(row.team, style=f"bold {render.POOL_COLOR}")
+            first.append(f"  {render.count(row.owned, 'GPU')} ({render.size(row.memory_owned)})")
+            words = [
+                f"guarantees {render.gpus(row.guaranteed)} to teams",
+                f"idle {render.gpus(row.idle)}",
+                f"waste {render.gpus(row.waste)}",
+                "its teams' use is on their rows",
+                "Enter: the Pool screen",
+            ]
         else:
             pooled = f", {row.pooled} of them in pools" if row.pooled else ""
-            head.append(row.team, style="bold #87afd7")
-            head.append(
-                f"  owns {row.owned} GPUs ({render.size(row.memory_owned)}{pooled})"
-                f" · guaranteed {render.gpus(row.guaranteed)} · uses {render.gpus(row.used)}"
-                f" · borrows {render.gpus(row.borrowed)} · lends {render.gpus(row.lent)}"
-                f" · idle {render.gpus(row.idle)}"
-                + (f" ({render.gpus(row.held)} held)" if row.held >= 0.05 else "")
-                + f" · waste {render.gpus(row.waste)}"
-                f" · {row.processes} process{'es' if row.processes != 1 else ''}"
-            )
+            first = Text()
+            first.append(row.team, style="bold #87afd7")
+            first.append(f"  owns {row.owned} GPUs ({render.size(row.memory_owned)}{pooled})")
+            words = [
+                f"guaranteed {render.gpus(row.guaranteed)}",
+                f"uses {render.gpus(row.used)}",
+                f"borrows {render.gpus(row.borrowed)}",
+                f"lends {render.gpus(row.lent)}",
+                f"idle {render.gpus(row.idle)}"
+                + (f" ({render.gpus(row.held)} held)" if row.held >= 0.05 else ""),
+                f"waste {render.gpus(row.waste)}",
+                f"{row.processes} process{'es' if row.processes != 1 else ''}",
+            ]
+        # On a narrow terminal the line breaks between its parts, never inside one ('idle⏎8').
+        head = flow_parts([first, *map(Text, words)], max(40, self.size.width - 4))
         lines = [head]
         full = self.size.width - 4 >= 16 + 20 + 40
         width = max(10, self.size.width - 4 - 16 - (40 if full else 13))
