@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import stat
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -481,6 +481,9 @@ class PoolSource:
     def __init__(self, fleet_file: Path, parallel: int = 32) -> None:
         self.fleet_file = fleet_file
         self.parallel = parallel
+        # Told (nodes whose history is read, nodes) as a `load` reads the nodes' history: first
+        # (0, n), then once per node as it ends. The Pool screen draws it as a progress line.
+        self.progress: Callable[[int, int], None] | None = None
 
     def read_file(self) -> tuple[Fleet, bytes]:
         try:
@@ -514,7 +517,26 @@ class PoolSource:
         shakes = fleet.max_handshakes
         reads: list[Any] = [read_fleet(targets, parallel=self.parallel, handshakes=shakes)]
         if histories is None:
-            reads.append(read_histories(targets, window, now, parallel=self.parallel, handshakes=shakes))
+            progress, total, count = self.progress, len(targets), 0
+
+            def done(_node: str, _result: History | str) -> None:
+                nonlocal count
+                count += 1
+                if progress is not None:
+                    progress(count, total)
+
+            if progress is not None:
+                progress(0, total)
+            reads.append(
+                read_histories(
+                    targets,
+                    window,
+                    now,
+                    parallel=self.parallel,
+                    handshakes=shakes,
+                    done=done if progress is not None else None,
+                )
+            )
         answers = await asyncio.gather(*reads)
         lives: list[NodeLive] = answers[0]
         read: Mapping[str, History | str] = answers[1] if histories is None else histories

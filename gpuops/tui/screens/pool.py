@@ -46,7 +46,8 @@ from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.screens.confirm import ConfirmScreen
-from gpuops.tui.table import Cell, Column, LiveTable, Row
+from gpuops.tui.table import Cell, Column, LiveTable, Row, table_width
+from gpuops.tui.widgets import whole_parts
 from gpuops.views.common import short_model
 
 log = logging.getLogger("gpuops.tui")
@@ -65,6 +66,42 @@ TEAM_COLUMNS = (
     Column("Borrowed", "borrowed", "right"),
     Column("Use p95", "p95", "right"),
 )
+# The team table on a narrow terminal (80 columns): the Used columns are left out (a silo's used
+# is its GPUs minus its idle), the long labels shortened with a '.'; a change is 'a→b'.
+NARROW_TEAM_COLUMNS = (
+    Column("Team", "team"),
+    Column("Silo", "silo", "right"),
+    Column("idle", "silo-idle", "right"),
+    Column("│", "sep"),
+    Column("Pool", "pool", "right"),
+    Column("Guar.", "guaranteed", "right"),
+    Column("idle", "pool-idle", "right"),
+    Column("│", "sep2"),
+    Column("Borr.", "borrowed", "right"),
+    Column("p95", "p95", "right"),
+)
+FULL_FIELDS = (
+    "silo_gpus", "silo_used", "silo_idle", "|", "pool_gpus", "guaranteed", "pool_used", "pool_idle", "|",
+    "borrowed", "p95",
+)  # fmt: skip
+NARROW_FIELDS = (
+    "silo_gpus",
+    "silo_idle",
+    "|",
+    "pool_gpus",
+    "guaranteed",
+    "pool_idle",
+    "|",
+    "borrowed",
+    "p95",
+)
+FIELD_STYLES = {
+    "silo_idle": "#ffd75f",
+    "pool_gpus": render.POOL_COLOR,
+    "guaranteed": render.POOL_COLOR,
+    "pool_idle": "#ffd75f",
+    "borrowed": "#87d787",
+}
 GPU_COLUMNS = (
     Column(" ", "mark"),
     Column("GPU", "gpu"),
@@ -133,6 +170,10 @@ class PoolScreen(ViewScreen):
         ("Pool idle", "the pool's capacity it bought minus what is used there"),
         ("Borrowed", "use outside its silo beyond its pool guarantee (mean over the window)"),
         ("Use p95", "the 95th percentile of its GPU-time over the window"),
+        (
+            "Silo, idle, Pool, Guar., Borr., p95",
+            "the same on a narrow terminal (Silo and Pool: their GPUs; the Used columns left out)",
+        ),
         ("GPU", "node:index"),
         ("Model", "the GPU's model, short"),
         ("Owner", "the team that bought it"),
@@ -150,11 +191,13 @@ class PoolScreen(ViewScreen):
     #pool-gpus { height: 1fr; min-height: 8; }
     #pool-review { height: 1fr; display: none; border-top: solid $accent; padding: 0 1; }
     #pool-review.open { display: block; }
-    PoolScreen.short.reviewing #pool-teams { display: none; }
-    PoolScreen.short.reviewing #pool-gpus { min-height: 4; }
+    PoolScreen.short.reviewing #pool-teams { max-height: 10; }
+    PoolScreen.short.reviewing #pool-gpus { height: 4; min-height: 4; }
+    PoolScreen.short.reviewing #pool-review { min-height: 5; }
     """
-    # Under this many lines, the teams' table gives its place to the review panel while it is
-    # open: at 24 lines the panel (the plan, an apply's result) would otherwise get none.
+    # Under this many lines, while the review panel is open, the GPU list gives its place to it
+    # (three rows stay, to mark more): at 24 lines the panel (the plan, an apply's result) gets
+    # six, and the teams' table (before → after) stays.
     SHORT = 40
 
     def __init__(self) -> None:
@@ -168,6 +211,9 @@ class PoolScreen(ViewScreen):
         self.job = ""  # what the worker is doing, "" when idle
         self.error = ""  # the last step's failure, one line
         self.jobs = 0  # steps finished (tests wait on it)
+        # While a step reads the nodes' history: (nodes read, nodes, monotonic start)
+        self.reading: tuple[int, int, float] | None = None
+        self._progress_drawn = 0.0
         self._token = 0
 
     # ---- structure -----------------------------------------------------------------------------
@@ -194,6 +240,8 @@ class PoolScreen(ViewScreen):
 
     def on_resize(self) -> None:
         self.set_class(self.size.height < self.SHORT, "short")
+        if self.view is not None:
+            self.call_after_refresh(self._teams)  # its columns are chosen for the width
 
     def on_screen_resume(self) -> None:
         super().on_screen_resume()
@@ -244,7 +292,9 @@ class PoolScreen(ViewScreen):
                 text.append(f" · {keys}", style="dim")
 
         if self.job:
-            part(f"⟳ {self.job.split(' ', 1)[0].rstrip(':')}…", "bold yellow")
+            reading = self.reading
+            count = f" {reading[0]}/{reading[1]}" if reading is not None else ""
+            part(f"⟳ {self.job.split(' ', 1)[0].rstrip(':')}…{count}", "bold yellow")
         if self.marked:
             part(f"{MARK} {len(self.marked)} marked", "bold #ffd75f", "" if self.job else "m in · b back")
         draft = self.draft
@@ -273,21 +323,31 @@ class PoolScreen(ViewScreen):
             self.query_one("#pool-head", Static).update(text)
             return
         name = view.pool if view is not None else (self.pool_name or "…")
-        text.append(f"pool {name}", style=f"bold {POOL_STYLE}")
+        width = max(40, self.size.width - 2)
         if view is not None:
+            # The pool's line: as many whole parts as fit the width, in order (never wrapped).
+            parts = [Text(f"pool {name}", style=f"bold {POOL_STYLE}")]
             entry = view.fleet.pools.get(view.pool)
             if entry is None:
-                text.append(" · not in fleet.yaml yet (m or p makes it)", style="dim")
+                parts.append(Text("not in fleet.yaml yet (m or p makes it)", style="dim"))
             else:
-                text.append(f" · {render.count(view.members, 'GPU')}")
-                text.append(f" · {entry.policy} · {entry.carving} carving")
-                text.append(" · borrowing" if entry.borrowing else " · no borrowing")
+                parts.append(Text(render.count(view.members, "GPU")))
+                parts.append(Text(f"{entry.policy} · {entry.carving} carving"))
+                parts.append(Text("borrowing" if entry.borrowing else "no borrowing"))
                 if entry.guarantees:
                     shares = ", ".join(f"{t} {g.share:g}%" for t, g in entry.guarantees.items())
-                    text.append(f" · guarantees {shares}")
+                    full = Text(f"guarantees {shares}")
+                    used = sum(p.cell_len + 3 for p in parts)
+                    # Too long for the line: how many, the Guaranteed column has each.
+                    parts.append(
+                        full
+                        if used + full.cell_len <= width
+                        else Text(f"guarantees to {render.count(len(entry.guarantees), 'team')}")
+                    )
             others = [p for p in view.pools if p != view.pool]
             if others:
-                text.append(f" · other pools: {', '.join(others)} (o)", style="dim")
+                parts.append(Text(f"other pools: {', '.join(others)} (o)", style="dim"))
+            text.append_text(whole_parts(parts, width))
             nodes = len(view.fleet.nodes)
             age = max(0.0, time.time() - view.read_at)
             evidence = (
@@ -300,9 +360,13 @@ class PoolScreen(ViewScreen):
             hint = next((h for h in ("  w window · r read again", "  w · r") if len(h) <= room), "")
             text.append(hint, style="dim")
         else:
+            text.append(f"pool {name}", style=f"bold {POOL_STYLE}")
             text.append(f"\nevidence: {self.window}", style="dim")
         if self.job:
             text.append(f"\n⟳ {self.job}…", style="bold yellow")
+            if self.reading is not None:
+                text.append("\n")
+                text.append_text(self._progress_line(width))
         if self.error:
             text.append(f"\n✖ {self.error}", style="bold red")
         if view is not None and view.missing:
@@ -325,6 +389,31 @@ class PoolScreen(ViewScreen):
             )
         self.query_one("#pool-head", Static).update(text)
 
+    def _progress_line(self, width: int) -> Text:
+        """'  history ━━━━━━━━────────── 3 of 8 nodes · 2s': the nodes' history read so far."""
+        assert self.reading is not None
+        count, total, started = self.reading
+        figures = f" {count} of {render.count(total, 'node')} · {render.age(time.monotonic() - started)}"
+        bar = max(10, min(40, width - 10 - len(figures)))
+        full = bar * count // total if total else bar
+        text = Text("  history ", style="dim")
+        text.append("━" * full, style="bold yellow")
+        text.append("─" * (bar - full), style="dim")
+        text.append(figures)
+        return text
+
+    def _history_read(self, count: int, total: int) -> None:
+        """The PoolSource's progress while a load reads the nodes' history (on the app's loop)."""
+        started = self.reading[2] if self.reading is not None and count else time.monotonic()
+        self.reading = (count, total, started)
+        now = time.monotonic()
+        # Drawn at most ten times a second (200 nodes end within a few seconds), and at the end.
+        if count in (0, total) or now - self._progress_drawn >= 0.1:
+            self._progress_drawn = now
+            if self.is_mounted:
+                self._head()
+                self.draw_status()
+
     def _teams(self) -> None:
         table = self.query_one("#pool-teams", LiveTable)
         view = self.view
@@ -335,19 +424,40 @@ class PoolScreen(ViewScreen):
         before = {t.team: t for t in view.teams}
         after = {t.team: t for t in draft.teams} if draft is not None else {}
         names = sorted(set(before) | set(after), key=lambda t: (t in (UNOWNED, "-"), t))
-        rows: list[Row] = []
-        for team in names:
-            rows.append((team, self._team_cells(team, before.get(team), after.get(team) if draft else None)))
         total_before = _total(list(before.values()))
         total_after = _total(list(after.values())) if draft is not None else None
-        rows.append((ALL_TEAMS, self._team_cells("all teams", total_before, total_after, bold=True)))
+
+        def rows_of(fields: tuple[str, ...], arrow: str) -> list[Row]:
+            rows: list[Row] = []
+            for team in names:
+                cells = self._team_cells(team, before.get(team), after.get(team), fields, arrow)
+                rows.append((team, cells))
+            cells = self._team_cells("all teams", total_before, total_after, fields, arrow, bold=True)
+            rows.append((ALL_TEAMS, cells))
+            return rows
+
+        # The full table where it fits the screen's width; else the narrow one (an 80-column
+        # terminal would otherwise show the silo half only, the rest behind a scroll).
+        rows = rows_of(FULL_FIELDS, " → ")
+        room = table.size.width or self.size.width
+        if room and table_width(TEAM_COLUMNS, rows) > room:
+            table.columns = NARROW_TEAM_COLUMNS
+            rows = rows_of(NARROW_FIELDS, "→")
+        else:
+            table.columns = TEAM_COLUMNS
         table.set_rows(rows)
 
     @staticmethod
     def _team_cells(
-        team: str, before: TeamSide | None, after: TeamSide | None, bold: bool = False
+        team: str,
+        before: TeamSide | None,
+        after: TeamSide | None,
+        fields: tuple[str, ...] = FULL_FIELDS,
+        arrow: str = " → ",
+        bold: bool = False,
     ) -> tuple[Cell, ...]:
-        def cell(attr: str, style: str = "") -> Text:
+        def cell(attr: str) -> Text:
+            style = FIELD_STYLES.get(attr, "")
             old = getattr(before, attr) if before is not None else 0
             if after is None:
                 value = float(old)
@@ -355,29 +465,22 @@ class PoolScreen(ViewScreen):
             new = getattr(after, attr)
             if _gpus(float(old)) == _gpus(float(new)):
                 return Text(_gpus(float(new)), style=style if float(new) >= 0.05 else "")
-            return Text(f"{_gpus(float(old))} → {_gpus(float(new))}", style=CHANGED)
+            return Text(f"{_gpus(float(old))}{arrow}{_gpus(float(new))}", style=CHANGED)
 
         name = team if team != UNOWNED else "unowned"
-        sep = Text("│", style="dim")
-        return (
-            Text(name, style="bold" if not bold else "bold italic"),
-            cell("silo_gpus"),
-            cell("silo_used"),
-            cell("silo_idle", IDLE_STYLE),
-            sep,
-            cell("pool_gpus", POOL_STYLE),
-            cell("guaranteed", POOL_STYLE),
-            cell("pool_used"),
-            cell("pool_idle", IDLE_STYLE),
-            sep,
-            cell("borrowed", "#87d787"),
-            Text("") if bold else cell("p95"),
-        )
+        cells: list[Cell] = [Text(name, style="bold" if not bold else "bold italic")]
+        for attr in fields:
+            if attr == "|":
+                cells.append(Text("│", style="dim"))
+            elif attr == "p95" and bold:
+                cells.append(Text(""))  # percentiles do not add up
+            else:
+                cells.append(cell(attr))
+        return tuple(cells)
 
     def _sorted(self, gpus: tuple[PoolGpu, ...]) -> list[PoolGpu]:
-        view = self.view
-        order = {n.name: i for i, n in enumerate(view.fleet.nodes)} if view is not None else {}
-        natural = sorted(gpus, key=lambda g: (order.get(g.node, len(order)), g.node, g.index))
+        # By node name and GPU index, as the label says (fleet.yaml's order is not the node order).
+        natural = sorted(gpus, key=lambda g: (g.node, g.index))
         where = self._where()
         keys: dict[str, Callable[[PoolGpu], object]] = {
             "busy": lambda g: -g.p95,
@@ -588,7 +691,11 @@ class PoolScreen(ViewScreen):
             if keep_histories and view is not None and view.window.text == window:
                 new = await source.load(window, pool, histories=view.histories, now=view.read_at)
             else:
-                new = await source.load(window, pool)
+                source.progress = self._history_read
+                try:
+                    new = await source.load(window, pool)
+                finally:
+                    self.reading = None
             self.view = new
             self.pool_name = new.pool
 
