@@ -58,7 +58,7 @@ from gpuops.fleet.simfleet.prometheus import (
 )
 from gpuops.fleet.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
 from gpuops.fleet.simfleet.server import SimFleetServer
-from gpuops.fleet.simfleet.tether import parent_gone, tie_to_parent
+from gpuops.fleet.simfleet.tether import Lifeline, lifeline_pair, stop_on_sigterm_while_starting
 
 log = logging.getLogger("gpuops.simfleet")
 
@@ -308,11 +308,38 @@ async def serve(
     base_port: int = 0,
     queue_speed: float = DEFAULT_SPEED,
     prometheus: bool = False,
+    lifeline: Lifeline | None = None,
 ) -> None:
-    """Serve a sim fleet until SIGTERM/SIGINT (the lock must be held by the caller)."""
+    """Serve a sim fleet until SIGTERM/SIGINT, or until the process at the other end of
+    `lifeline` has ended (the lock must be held by the caller)."""
     paths = SimPaths(directory)
     user = user or getpass.getuser()
     started = time.monotonic()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    if lifeline is not None:  # watched from the start: a demo dying while this starts counts
+        lifeline.watch(loop, stop.set)
+    try:
+        await _serve(paths, scenario, nodes, seed, user, base_port, queue_speed, prometheus, stop, started)
+    finally:
+        if lifeline is not None:
+            lifeline.unwatch(loop)
+        if stop.is_set() and lifeline is not None and lifeline.cut():
+            log.info("the process that started this fleet has ended")
+
+
+async def _serve(
+    paths: SimPaths,
+    scenario: str,
+    nodes: int | None,
+    seed: int,
+    user: str,
+    base_port: int,
+    queue_speed: float,
+    prometheus: bool,
+    stop: asyncio.Event,
+    started: float,
+) -> None:
     plan = build_fleet(scenario, nodes, seed, epoch=float(int(time.time())), utc_offset=_utc_offset())
 
     from gpuops.node.backends.sim import SimBackend
@@ -385,7 +412,6 @@ async def serve(
             user,
             time.monotonic() - started,
         )
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -417,18 +443,29 @@ def serve_main(
     base_port: int,
     queue_speed: float = DEFAULT_SPEED,
     prometheus: bool = False,
-    tied_to: int | None = None,
+    lifeline_fd: int | None = None,
 ) -> int:
-    """Serve in the foreground; with `tied_to` (a pid), only while that process lives, and the
-    directory goes with the fleet when that process dies first (tether.py)."""
+    """Serve in the foreground; with `lifeline_fd` (the read end of a pipe whose write end only
+    the starting process holds), only while that process lives, and the directory goes with the
+    fleet when that process ends first (tether.py)."""
     directory = directory.expanduser().absolute()
-    if tied_to is not None and not tie_to_parent(tied_to):
-        shutil.rmtree(directory, ignore_errors=True)
-        return 1
+    lifeline = None
+    if lifeline_fd is not None:
+        try:
+            lifeline = Lifeline(lifeline_fd)
+        except OSError as exc:
+            print(f"error: --lifeline {lifeline_fd}: {exc.strerror}", file=sys.stderr)
+            return 2
+        stop_on_sigterm_while_starting()
+        if lifeline.cut():  # ended before this started: nothing to serve
+            shutil.rmtree(directory, ignore_errors=True)
+            return 1
     try:
-        return _serve_locked(directory, scenario, nodes, seed, user, base_port, queue_speed, prometheus)
+        return _serve_locked(
+            directory, scenario, nodes, seed, user, base_port, queue_speed, prometheus, lifeline
+        )
     finally:
-        if tied_to is not None and parent_gone(tied_to):
+        if lifeline is not None and lifeline.cut():
             _remove_tree(directory)
 
 
@@ -452,6 +489,7 @@ def _serve_locked(
     base_port: int,
     queue_speed: float,
     prometheus: bool,
+    lifeline: Lifeline | None = None,
 ) -> int:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     paths = SimPaths(directory)
@@ -466,7 +504,9 @@ def _serve_locked(
                 path.unlink()
         _setup_logging(paths)
         try:
-            asyncio.run(serve(directory, scenario, nodes, seed, user, base_port, queue_speed, prometheus))
+            asyncio.run(
+                serve(directory, scenario, nodes, seed, user, base_port, queue_speed, prometheus, lifeline)
+            )
         except ScenarioError as exc:
             log.error("%s", exc)
             print(f"error: {exc}", file=sys.stderr)
@@ -508,11 +548,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     run.add_argument("--prometheus", action="store_true", help="start a Prometheus scraping the fleet")
     run.add_argument(
-        "--exit-with-parent",
+        "--lifeline",
         type=int,
         default=None,
-        metavar="PID",
-        help="stop when process PID dies, and remove --dir then (gpuops demo's fleet)",
+        metavar="FD",
+        help="stop when the other end of pipe FD closes (its process ended), and remove --dir then "
+        "(gpuops demo's fleet)",
     )
     args = parser.parse_args(argv)
     directory = args.dir if args.dir is not None else default_dir()
@@ -525,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.base_port,
         args.queue_speed,
         args.prometheus,
-        args.exit_with_parent,
+        args.lifeline,
     )
 
 
@@ -549,6 +590,9 @@ def _last_log_line(paths: SimPaths) -> str:
     except OSError:
         return ""
     return lines[-1][:300] if lines else ""
+
+
+_lifelines: dict[Path, int] = {}  # a tied fleet's directory -> the write end of its lifeline
 
 
 def launch(
@@ -595,23 +639,54 @@ def launch(
         argv += ["--user", user]
     if prometheus:
         argv += ["--prometheus"]
+    lifeline: tuple[int, int] | None = None
     if tied:
-        argv += ["--exit-with-parent", str(os.getpid())]
+        lifeline = lifeline_pair()
+        argv += ["--lifeline", str(lifeline[0])]
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[3])  # so `-m gpuops...` works from "/"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     started = time.monotonic()
-    with open(paths.log, "ab") as log_file:
-        child = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=log_file,
-            cwd="/",
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-        )
+    try:
+        with open(paths.log, "ab") as log_file:
+            child = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                cwd="/",
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(lifeline[0],) if lifeline is not None else (),
+            )
+    except BaseException:
+        if lifeline is not None:
+            os.close(lifeline[1])
+        raise
+    finally:
+        if lifeline is not None:
+            os.close(lifeline[0])  # the fleet's end
+    if lifeline is not None:
+        # Held, never written, until `stop` or the end of this process: the kernel closes it when
+        # the last thread of this process is gone, and the fleet reads end of file (tether.py).
+        _lifelines[directory] = lifeline[1]
+    try:
+        return _wait_ready(child, paths, started, timeout)
+    except BaseException:
+        _release_lifeline(directory)
+        raise
+
+
+def _release_lifeline(directory: Path) -> None:
+    fd = _lifelines.pop(directory, None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _wait_ready(child: subprocess.Popen[bytes], paths: SimPaths, started: float, timeout: float) -> Launched:
+    directory = paths.dir
     deadline = started + timeout
     while True:
         code = child.poll()
@@ -684,6 +759,7 @@ def stop(directory: Path, timeout: float = STOP_TIMEOUT) -> str:
     paths = SimPaths(directory)
     pid = running_pid(directory)
     if pid is None:
+        _release_lifeline(directory)
         for path in (paths.ready, paths.pid):
             with contextlib.suppress(OSError):
                 path.unlink()
@@ -701,6 +777,7 @@ def stop(directory: Path, timeout: float = STOP_TIMEOUT) -> str:
     if not _is_ours(pid):
         raise SimFleetError(f"pid {pid} in {paths.pid} is not a sim fleet process; not stopping it")
     clean = _terminate(pid, timeout)
+    _release_lifeline(directory)
     for path in (paths.ready, paths.pid):
         with contextlib.suppress(OSError):
             path.unlink()
