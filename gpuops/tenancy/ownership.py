@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from gpuops.core.model import Gpu, GpuProcess
 from gpuops.tenancy.attribution import AttributionChain, AttributionContext, default_chain
+from gpuops.tenancy.builtin import GroupAttributor, LimiterAttributor, OwnerAttributor, UserAttributor
 
 if TYPE_CHECKING:  # annotations only: the collector (and SSH) load with the live views
     from gpuops.fleet.collector import NodeView
@@ -21,6 +22,11 @@ if TYPE_CHECKING:  # annotations only: the collector (and SSH) load with the liv
     from gpuops.spec import Fleet
 
 UNOWNED = "(unowned)"  # the team of GPUs nobody owns, in every per-team table
+
+# Attributors whose answer depends only on the process's tenant label, user and groups and on the
+# GPU's owner (and fleet.yaml's lookups, fixed for an Ownership): their answers can be remembered.
+_PURE = (LimiterAttributor, UserAttributor, GroupAttributor, OwnerAttributor)
+_MEMO_LIMIT = 65536  # remembered answers (distinct users, groups and owners) before starting afresh
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,16 @@ class Ownership:
     _pools: dict[tuple[str, int, str | None, str | None], str | None] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # Tenants already decided, by (tenant label, its source, user, groups, owner): only while every
+    # attributor of the chain is a built-in one (a plugin may answer differently later: the
+    # Kubernetes one re-reads its pods file), so a fleet's thousands of processes cost a lookup each.
+    _tenants: dict[tuple[object, ...], tuple[str, str]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    # What the views derive from each node's view with this ownership (`gpuops.views.gpus`): by
+    # node name, kept while the node's view is the same object and reused in part when it is not.
+    derived: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+    _pure: bool | None = field(default=None, init=False, compare=False, repr=False)
 
     @classmethod
     def from_fleet(cls, fleet: Fleet) -> Ownership:
@@ -85,11 +101,41 @@ class Ownership:
                 cache[key] = None
         return cache[key]
 
+    @property
+    def stable_attribution(self) -> bool:
+        """Whether a process's tenant depends only on its tenant label, user and groups and on the
+        GPU's owner: every attributor of the chain is a built-in one (decided on first use, when
+        the default chain is found)."""
+        pure = self._pure
+        if pure is None:
+            chain = self.chain or default_chain()
+            pure = all(type(a) in _PURE for _, a in chain.attributors)
+            object.__setattr__(self, "_pure", pure)
+        return pure
+
     def tenant(
         self, process: GpuProcess, owner: str | None, node: str = "", gpu: Gpu | None = None
     ) -> tuple[str, str]:
         """(team, where it came from) of a process on a GPU owned by `owner`: the attribution
         chain's answer; ("-", "none") when nobody claims it. Never raises."""
+        if self.stable_attribution:  # the answer depends on these only
+            key = (process.tenant, process.tenant_source, process.user, process.groups, owner)
+            try:
+                return self._tenants[key]
+            except KeyError:
+                pass
+            except TypeError:  # something unhashable in the process: ask the chain
+                return self._attribute(process, owner, node, gpu)
+            found = self._attribute(process, owner, node, gpu)
+            if len(self._tenants) >= _MEMO_LIMIT:
+                self._tenants.clear()
+            self._tenants[key] = found
+            return found
+        return self._attribute(process, owner, node, gpu)
+
+    def _attribute(
+        self, process: GpuProcess, owner: str | None, node: str, gpu: Gpu | None
+    ) -> tuple[str, str]:
         context = AttributionContext(
             node,
             gpu,

@@ -16,11 +16,10 @@ from gpuops.views.common import (
     as_int,
     capacity_state,
     gpu_lost,
-    mig_active,
     percent_of,
     short_model,
-    whole_gpu_state,
 )
+from gpuops.views.gpus import GpuPass
 from gpuops.views.partition import partition_label
 
 # Cell kinds
@@ -64,20 +63,33 @@ def weighted_util(cells: Iterable[Cell]) -> float | None:
 
 
 def gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> list[Cell]:
+    """The cells of one GPU of a node view (the node rows take them from the shared pass:
+    `views.gpus.node_pass`, `cells_of`)."""
     owner = ownership.owner(view, gpu)
+    lost = gpu_lost(gpu)
+    tenants = () if lost else tuple(ownership.tenant(p, owner)[0] for p in gpu.processes)
+    return cells_of(view.name, GpuPass(gpu, owner, None, tenants, lost))
+
+
+_tuple_new = tuple.__new__  # a Cell from all its fields at once: faster than Cell(...) with keywords
+
+
+def cells_of(node: str, g: GpuPass) -> list[Cell]:
+    """The cells of a GPU of `node`, as the shared pass saw it (owner, tenants, figures)."""
+    gpu = g.gpu
+    owner = g.owner
     model = short_model(gpu.info.name)
-    node, index = view.name, gpu.info.index
-    if gpu_lost(gpu):
+    index = gpu.info.index
+    if g.lost:
         return [Cell(node, index, LOST, owner, model)]
-    tenant_of = [ownership.tenant(p, owner)[0] for p in gpu.processes]
-    if mig_active(gpu):
+    if g.mig:
         assert gpu.mig is not None
         cells: list[Cell] = []
         used = 0.0
         samples = {m.gpu_instance_id: m for m in gpu.mig_samples}
         for gi in sorted(gpu.mig.gpu_instances, key=lambda g: g.start):
             procs = [
-                (p, t) for p, t in zip(gpu.processes, tenant_of, strict=True) if p.gpu_instance_id == gi.id
+                (p, t) for p, t in zip(gpu.processes, g.tenants, strict=True) if p.gpu_instance_id == gi.id
             ]
             fraction = instance_fraction(gpu, gi)
             used += fraction
@@ -115,29 +127,42 @@ def gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> list[Cell]:
             cells.append(Cell(node, index, FREE, owner, model, profile="free", fraction=free))
         return cells
     s = gpu.sample
-    modes = partition_label(gpu)
+    modes = "" if gpu.partition is None else partition_label(gpu)
     if s is None:
         total = as_int(gpu.info.memory_total_bytes)
         return [Cell(node, index, GPU, owner, model, profile=modes, memory_total=total)]
-    used_bytes, total_bytes = as_int(s.memory_used_bytes), as_int(s.memory_total_bytes)
     gpu_procs = gpu.processes
-    state = whole_gpu_state(gpu)
-    return [
-        Cell(
-            node,
-            index,
-            GPU,
-            owner,
-            model,
-            profile=modes,
-            util=as_float(s.utilization_gpu_percent),
-            memory=percent_of(used_bytes, total_bytes),
-            memory_used=used_bytes,
-            memory_total=total_bytes,
-            busy=state == BUSY,
-            held=state == HELD,
-            processes=len(gpu_procs),
-            tenants=tuple(sorted(set(tenant_of))) if gpu_procs else (),
-            users=tuple(sorted({p.user for p in gpu_procs if p.user})) if gpu_procs else (),
-        )
-    ]
+    count = len(gpu_procs)
+    if count == 0:
+        tenants: tuple[str, ...] = ()
+        users: tuple[str, ...] = ()
+    elif count == 1:
+        tenants = g.tenants
+        user = gpu_procs[0].user
+        users = (user,) if user else ()
+    else:
+        tenants = tuple(sorted(set(g.tenants)))
+        users = tuple(sorted({p.user for p in gpu_procs if p.user}))
+    state = g.state
+    # The fields in Cell's order: node, gpu, kind, owner, model, instance, profile, util, memory,
+    # memory_used, memory_total, busy, held, fraction, processes, tenants, users.
+    fields = (
+        node,
+        index,
+        GPU,
+        owner,
+        model,
+        None,
+        modes,
+        g.util,
+        g.memory,
+        g.memory_used,
+        g.memory_total,
+        state == BUSY,
+        state == HELD,
+        1.0,
+        count,
+        tenants,
+        users,
+    )
+    return [_tuple_new(Cell, fields)]

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from gpuops.core.model import NotAvailable
 from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE, FleetSnapshot, NodeView
 from gpuops.tenancy.ownership import Ownership
-from gpuops.views.cells import Cell, gpu_cells, weighted_util
+from gpuops.views.cells import Cell, cells_of
 from gpuops.views.common import as_int, gpu_busy, percent_of, short_model
 from gpuops.views.filter import Filter
+from gpuops.views.gpus import node_pass
 
 
 @dataclass(frozen=True)
@@ -54,33 +55,47 @@ class NodeRow:
 
 
 def node_row(view: NodeView, ownership: Ownership) -> NodeRow:
-    gpus = view.sample.gpus if view.sample else (view.inventory.gpus if view.inventory else ())
+    """The node's row, from the per-GPU pass it shares with the tenants (`views.gpus`)."""
+    name = view.name
+    sampled = view.sample is not None
     cells: list[Cell] = []
     models: dict[str, int] = {}
     processes = mem_used = mem_total = 0
-    for gpu in gpus:
-        cells.extend(gpu_cells(view, gpu, ownership))
-        name = short_model(gpu.info.name)
-        models[name] = models.get(name, 0) + 1
+    words: list[str] = []  # what the cells add to the filter's text
+    busy: float = 0  # in cell order from 0, as sum() adds them
+    held: float = 0
+    util_sum = util_weight = 0.0  # weighted_util, in cell order
+    passes = node_pass(view, ownership).gpus
+    for g in passes:
+        gpu = g.gpu
+        own = cells_of(name, g)
+        cells.extend(own)
+        model = own[0].model  # short_model(gpu.info.name): every GPU has a first cell
+        models[model] = models.get(model, 0) + 1
         s = gpu.sample
-        if s is not None:
-            mem_used += as_int(s.memory_used_bytes) or 0
-        mem_total += as_int(gpu.info.memory_total_bytes) or 0
+        if s is not None:  # the pass read a whole GPU's figures already
+            mem_used += (as_int(s.memory_used_bytes) if g.mig else g.memory_used) or 0
+        total = gpu.info.memory_total_bytes
+        mem_total += (total if type(total) is int else as_int(total)) or 0
         processes += len(gpu.processes)
+        for c in own:
+            if c.busy:
+                busy += c.fraction
+            if c.held:
+                held += c.fraction
+            if c.util is not None:
+                util_sum += c.util * c.fraction
+                util_weight += c.fraction
+            words.extend(c.tenants)
+            words.extend(c.users)
+            if c.owner:
+                words.append(c.owner)
+            if c.profile:
+                words.append(c.profile)
     model_text = ", ".join(f"{n}x {m}" for m, n in sorted(models.items()))
-    sampled = view.sample is not None
-    busy = round(sum(c.fraction for c in cells if c.busy), 6) if sampled else 0.0
-    held = round(sum(c.fraction for c in cells if c.held), 6) if sampled else 0.0
-    words = [view.name, view.owner or "", model_text, view.state, view.address]
-    for c in cells:
-        words.extend(c.tenants)
-        words.extend(c.users)
-        if c.owner:
-            words.append(c.owner)
-        if c.profile:
-            words.append(c.profile)
+    head = [name, view.owner or "", model_text, view.state, view.address]
     return NodeRow(
-        name=view.name,
+        name=name,
         address=view.address,
         state=view.state,
         reason=view.reason,
@@ -89,14 +104,14 @@ def node_row(view: NodeView, ownership: Ownership) -> NodeRow:
         owner=view.owner,
         models=model_text,
         cells=tuple(cells),
-        gpus=len(gpus),
-        busy=busy,
-        util=weighted_util(cells),
+        gpus=len(passes),
+        busy=round(busy, 6) if sampled else 0.0,
+        util=util_sum / util_weight if util_weight > 0 else None,
         memory_used=mem_used,
         memory_total=mem_total,
         processes=processes,
-        search=" ".join(dict.fromkeys(w for w in words if w)),
-        held=held,
+        search=" ".join(dict.fromkeys(w for w in (*head, *words) if w)),
+        held=round(held, 6) if sampled else 0.0,
     )
 
 

@@ -16,12 +16,10 @@ from gpuops.views.common import (
     as_float,
     as_int,
     capacity_state,
-    gpu_lost,
-    mig_active,
     percent_of,
-    whole_gpu_state,
 )
 from gpuops.views.filter import Filter
+from gpuops.views.gpus import node_pass
 
 
 @dataclass(frozen=True)
@@ -134,36 +132,48 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
 
     for view in snapshot.nodes:
         current = view.sample is not None and view.state in (LIVE, STALE)
-        gpus = view.sample.gpus if view.sample else (view.inventory.gpus if view.inventory else ())
-        for gpu in gpus:
-            owner = ownership.owner(view, gpu) or UNOWNED
-            pool = ownership.pool(view, gpu)
-            o = get(owner)
+        for g in node_pass(view, ownership).gpus:  # shared with the node rows (views.gpus)
+            gpu = g.gpu
+            owner = g.owner or UNOWNED
+            pool = g.pool
+            o = acc.get(owner) or get(owner)
             o.owned += 1
-            o.memory_owned += as_int(gpu.info.memory_total_bytes) or 0
+            memory = gpu.info.memory_total_bytes
+            memory = (memory if type(memory) is int else as_int(memory)) or 0
+            o.memory_owned += memory
             # Who answers for this GPU's capacity (idle, waste, no data): its silo's team, or its pool.
             if pool is None:
                 c = o
             else:
                 c = pools.setdefault(pool, _Acc())
                 c.owned += 1
-                c.memory_owned += as_int(gpu.info.memory_total_bytes) or 0
+                c.memory_owned += memory
             c.silo += 1
             if not current:
                 c.unknown += 1
                 continue
-            if gpu_lost(gpu):
+            if g.lost:
                 c.idle += 1.0
                 c.waste += 1.0
                 continue
-            tenants = [ownership.tenant(p, owner)[0] for p in gpu.processes]
-            if mig_active(gpu):
+            tenants = g.tenants
+            if g.mig:
                 _mig_usage(gpu, owner, pool is not None, c, tenants, get)
                 continue
-            s = gpu.sample
-            c.capacity(whole_gpu_state(gpu), 1.0)
-            util = as_float(s.utilization_gpu_percent) if s else None
-            memories = _process_memory(gpu.processes, as_int(s.memory_used_bytes) if s else None)
+            c.capacity(g.state, 1.0)  # common.whole_gpu_state
+            util = g.util  # as_float(sample.utilization_gpu_percent); None without a sample
+            if len(tenants) == 1:  # the usual GPU: one process, all its use (_weights: 1.0)
+                (t,) = tenants
+                a = acc.get(t) or get(t)
+                m = as_int(gpu.processes[0].used_memory_bytes)
+                a.memory_used += (g.memory_used or 0) if m is None else m  # _process_memory
+                a.processes += 1
+                busy_time = util / 100.0 if util is not None else 1.0
+                a.use(t, o, owner, pool is not None, 1.0)
+                a.gpu_time += busy_time * 1.0
+                c.waste += 1.0 - min(1.0, busy_time)
+                continue
+            memories = _process_memory(gpu.processes, g.memory_used)
             for t, m in zip(tenants, memories, strict=True):
                 get(t).memory_used += m
                 get(t).processes += 1
@@ -228,7 +238,7 @@ def tenant_rows(snapshot: FleetSnapshot, ownership: Ownership) -> tuple[TenantRo
 
 
 def _mig_usage(
-    gpu: Gpu, owner: str, pooled: bool, capacity: _Acc, tenants: list[str], get: Callable[[str], _Acc]
+    gpu: Gpu, owner: str, pooled: bool, capacity: _Acc, tenants: Sequence[str], get: Callable[[str], _Acc]
 ) -> None:
     """A MIG GPU's instances: their users' use, and free or unused slices as `capacity`'s idle."""
     assert gpu.mig is not None
