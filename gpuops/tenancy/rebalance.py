@@ -24,10 +24,12 @@ The rules (docs/pools.md#rebalance), each one visible in the proposal's explanat
    left is guaranteed to nobody: borrowers use it (`borrowing`).
 4. **Carving.** Guarantees are laid onto GPUs in units of 1% of a GPU: first where each team
    already works, then in order, where its memory cap fits next to the others' and the memory
-   processes still hold there; no GPU gets more than 100%. Under `policy: fixed-share` (shares
-   are caps) each team's units are water-filled over the GPUs instead, so no GPU is one team's
-   alone while others are guaranteed. Under `carving: mig`, a MIG-capable
-   GPU is cut into instances of the smallest profile that holds the p95 of its teams' largest
+   processes still hold there; no GPU gets more than 100%. A team is laid only on cards that hold
+   its memory need, the teams with the fewest such cards first, then the largest p95 use; what
+   finds no room there is left out of its guarantee, before grants are counted, and said. Under
+   `policy: fixed-share` (shares are caps) each team's units are water-filled over the GPUs
+   instead, so no GPU is one team's alone while others are guaranteed. Under `carving: mig`, a
+   MIG-capable GPU is cut into instances of the smallest profile that holds the p95 of its teams' largest
    processes, as many for each team as cover its units (checked by the placement solver), and
    the rest of the GPU as spare instances for borrowers; a GPU where that does not fit keeps
    limiter shares, and so does one where processes still hold memory (MIG would stop them).
@@ -55,7 +57,19 @@ from gpuops.tenancy.accounting import Evidence, GpuEvidence, p95
 UNITS_PER_GPU = 100  # a guarantee is laid out in whole percent of a GPU
 GIB = 1 << 30
 MIB = 1 << 20
-SHARE_DIGITS = 4  # decimals of a pool share in percent: exact to a unit for pools under 10000 GPUs
+# A pool share is written in tenths of a percent: the limiter keeps a compute share in permille
+# (native/src/config.c, share_permille), so a finer share would promise what nothing enforces.
+SHARE_STEPS = 1000  # steps of a pool share (0.1% each)
+
+
+def share_steps(units: int, capacity: int) -> int:
+    """The fewest 0.1% steps of a `capacity`-GPU pool that give back at least `units`."""
+    return -(-units * SHARE_STEPS // (capacity * UNITS_PER_GPU)) if capacity else 0
+
+
+def steps_units(steps: int, capacity: int) -> int:
+    """Units a share of `steps` tenths of a percent gives back, as fleet.yaml's loader reads it."""
+    return steps * capacity * UNITS_PER_GPU // SHARE_STEPS
 
 
 GpuKey = tuple[str, int]  # (node, index)
@@ -203,18 +217,19 @@ class Proposal:
     returns: tuple[Return, ...] = ()
     automatic: bool = True  # whether the planner looked for GPUs to move (Options.moves)
     known: tuple[GpuRef, ...] = ()  # every GPU of the evidence, to rewrite member selections
+    steps: tuple[tuple[str, int], ...] = ()  # team -> its share in 0.1% steps, where not the fewest
 
     def guarantee(self, team: str) -> Guarantee | None:
         return next((g for g in self.guarantees if g.team == team), None)
 
     def share(self, team: str) -> float:
-        """The team's share of the pool, in percent, rounded up to SHARE_DIGITS decimals (so that
-        share x capacity gives back at least its units)."""
+        """The team's share of the pool in percent, in the limiter's 0.1% steps: the planner's
+        units are what such a share gives back (`_on_share_steps`), so this is exact."""
         g = self.guarantee(team)
         if g is None or self.capacity == 0:
             return 0.0
-        scale: int = 10**SHARE_DIGITS
-        return math.ceil(g.units * scale / self.capacity - 1e-9) / scale
+        steps = dict(self.steps).get(team, share_steps(g.units, self.capacity))
+        return steps / (SHARE_STEPS // 100)
 
     def explain(self) -> list[str]:
         if self.infeasible:
@@ -364,8 +379,18 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
     if cut:
         notes.append("guarantees above p95 use were cut to fit the pool: " + ", ".join(cut))
 
-    # Grants: whole GPUs left over go to saturated teams.
     saturated = _saturated(fleet, evidence, opts, {(g.node, g.index) for g in pool_gpus})
+    memory_need = _memory_need(evidence, pool_gpus)
+    team_memory = {t: memory_need.get(t) or _kept_memory(pool, t) for t in set(units) | set(saturated)}
+    caps_need = {t: m for t, m in team_memory.items() if m}
+    # What finds no room on the cards that hold a team's memory need is left out before the spare
+    # capacity is counted: a grant then goes where it can run, and planning again (which reads the
+    # cut guarantee back as what the pool gave before) finds no more spare than this did.
+    asked = dict(units)
+    _laid_out(pool_gpus, fleet, pool, units, caps_need, [], floors)
+    left_out = {t: asked[t] - units.get(t, 0) for t in asked if asked[t] > units.get(t, 0)}
+
+    # Grants: whole GPUs left over go to saturated teams.
     granted: dict[str, int] = {}
     spare_gpus = (total_units - sum(units.values())) // UNITS_PER_GPU
     # At most as many GPUs as its silo has, counting what the pool already guarantees it above
@@ -381,7 +406,13 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
                 granted[team] = k * UNITS_PER_GPU
                 units[team] = units.get(team, 0) + k * UNITS_PER_GPU
 
-    memory_need = _memory_need(evidence, pool_gpus)
+    units, steps, stepped = _on_share_steps(units, floors, capacity)
+    notes.extend(stepped)
+    stepped_units = dict(units)
+    ordered, laid = _laid_out(pool_gpus, fleet, pool, units, caps_need, notes, floors, left_out)
+    for team in sorted(units):
+        if units[team] != stepped_units[team]:  # cut to a step by _laid_out
+            steps[team] = share_steps(units[team], capacity)
     guarantees = []
     for team in sorted(units):
         if units[team] <= 0:
@@ -394,19 +425,12 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
                 floors.get(team, 0),
                 before.get(team, 0),
                 granted.get(team, 0),
-                memory_need.get(team) or _kept_memory(pool, team),
+                team_memory.get(team),
                 reason,
             )
         )
-    carvings = _carve(
-        pool_gpus,
-        fleet,
-        pool,
-        {g.team: g.units for g in guarantees},
-        memory_need,
-        notes,
-        {g.team: g.memory for g in guarantees if g.memory},
-    )
+    notes.extend(_donors(fleet, pool_gpus, units, floors, evidence.window.text))
+    carvings = _carve(ordered, laid, pool, memory_need, notes, caps_need)
     return Proposal(
         name,
         evidence.window.text,
@@ -418,7 +442,150 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
         returns=returns,
         automatic=opts.moves,
         known=tuple(GpuRef(g.node, g.index, g.uuid, g.name) for g in evidence.gpus),
+        steps=tuple(sorted((t, k) for t, k in steps.items() if units.get(t, 0) > 0)),
     )
+
+
+def _on_share_steps(
+    units: Mapping[str, int], floors: Mapping[str, int], capacity: int
+) -> tuple[dict[str, int], dict[str, int], list[str]]:
+    """Each guarantee raised to what a share in the limiter's 0.1% steps gives back; while the
+    shares pass 100%, the largest surplus above a floor gives back a step. Floors that fill the
+    pool may not all be steps: then a floor's share is written one step under it (its units, laid
+    per GPU in whole percent, stay), and a note says so. Returns units, steps and notes."""
+    steps = {t: share_steps(u, capacity) for t, u in units.items() if u > 0}
+    exact: dict[str, int] = {}
+    notes: list[str] = []
+    while sum(steps.values()) > SHARE_STEPS:
+        above = [
+            t for t in steps if t not in exact and steps_units(steps[t] - 1, capacity) >= floors.get(t, 0)
+        ]
+        if above:
+            team = max(above, key=lambda t: (steps_units(steps[t], capacity) - floors.get(t, 0), t))
+        else:
+            team = max((t for t in steps if t not in exact), key=lambda t: (floors.get(t, 0), t))
+            exact[team] = floors[team]
+            notes.append(
+                f"{team}'s share is written {(steps[team] - 1) / 10:g}%, a 0.1% step under its p95 use "
+                f"({floors[team] / UNITS_PER_GPU:g} GPUs), for the shares to fit 100%; its GPUs' limiter "
+                "lines give it all of that use"
+            )
+        steps[team] -= 1
+    out = {t: exact.get(t, steps_units(k, capacity)) for t, k in steps.items() if k > 0 or t in exact}
+    # On a pool of under 10 GPUs a step is less than a unit (1% of one GPU), so several step counts
+    # give back the same units: each share is written as the fewest of them, which is what planning
+    # again reads back from fleet.yaml and writes (a floor written a step under it excepted).
+    steps = {t: k if t in exact else share_steps(out[t], capacity) for t, k in steps.items() if t in out}
+    return out, steps, notes
+
+
+def _down_to_step(units: int, capacity: int) -> int:
+    """The most units at or below `units` that a share in 0.1% steps gives back."""
+    if capacity == 0:
+        return 0
+    steps = (SHARE_STEPS * (units + 1) - 1) // (capacity * UNITS_PER_GPU)
+    return steps_units(steps, capacity)
+
+
+def _laid_out(
+    gpus: Sequence[GpuEvidence],
+    fleet: Fleet,
+    pool: Pool | None,
+    units: dict[str, int],
+    need: Mapping[str, int],
+    notes: list[str],
+    floors: Mapping[str, int],
+    left_out: Mapping[str, int] | None = None,
+) -> tuple[list[GpuEvidence], dict[GpuKey, dict[str, int]]]:
+    """The pool's GPUs in file order and each one's units per team. A team is laid only on cards
+    that hold its memory need; what finds no room on them is left out of its guarantee (down to
+    a 0.1% step, so the share stays exact) and the notes say so, with what was `left_out` of it
+    before. `units` is cut in place."""
+    order = {n.name: i for i, n in enumerate(fleet.nodes)}
+    ordered = sorted(gpus, key=lambda g: (order.get(g.node, len(order)), g.node, g.index))
+    capacity = len(ordered)
+    asked = dict(units)
+    # Who is laid first, and so who keeps the cards that hold more than one team's need: the
+    # teams with the fewest such cards, then the largest p95 use of the pool. Both come from the
+    # evidence alone, so planning again on the proposal (where a guarantee cut here is what the
+    # pool gives "before") ranks the teams the same and cuts the same (the planner's fixed point).
+    holds = {t: sum(1 for g in ordered if _holds(g, t, need)) for t in units}
+    rank = sorted(units, key=lambda t: (holds[t], -floors.get(t, 0), -units[t], t))
+    while True:
+        laid: dict[GpuKey, dict[str, int]] = {(g.node, g.index): {} for g in ordered}
+        if pool is not None and pool.policy == "fixed-share" and sum(1 for u in units.values() if u > 0) > 1:
+            left = _spread(ordered, units, laid, need, rank)
+        else:
+            left = _pack(ordered, units, laid, need, rank)
+        short = [t for t in rank if left.get(t, 0) > 0]
+        if not short:
+            break
+        # One team at a time, first in rank: a cut leaves room (under a step) that teams after it
+        # may take, as they will when planning again finds that guarantee already cut.
+        team = short[0]
+        units[team] = _down_to_step(units[team] - left[team], capacity)
+    before = left_out or {}
+    for team in sorted(set(asked) | set(before)):
+        lost = before.get(team, 0) + asked.get(team, 0) - units.get(team, 0)
+        if lost <= 0:
+            continue
+        fits = [g for g in ordered if _holds(g, team, need)]
+        where = (
+            f"fits on {len(fits)} of the pool's {capacity} cards ({_names(fits)}), which have no more room"
+            if fits
+            else f"fits on none of the pool's {capacity} cards"
+        )
+        below = (
+            f", below its p95 use of the pool ({floors[team] / UNITS_PER_GPU:g} GPUs)"
+            if units.get(team, 0) < floors.get(team, 0)
+            else ""
+        )
+        notes.append(
+            f"{team}: {lost / UNITS_PER_GPU:g} GPUs of its guarantee left out{below}: its memory need "
+            f"({format_bytes(need[team])}) {where}; it is not placed where its work cannot run"
+        )
+    return ordered, laid
+
+
+def _holds(g: GpuEvidence, team: str, need: Mapping[str, int]) -> bool:
+    """Whether the card's whole memory holds the team's memory need (unknown sizes do)."""
+    return not g.memory_total or need.get(team, 0) <= g.memory_total
+
+
+def _names(gpus: Sequence[GpuEvidence]) -> str:
+    shown = ", ".join(g.label() for g in gpus[:3])
+    return shown + (f" and {len(gpus) - 3} more" if len(gpus) > 3 else "")
+
+
+def _donors(
+    fleet: Fleet,
+    gpus: Sequence[GpuEvidence],
+    units: Mapping[str, int],
+    floors: Mapping[str, int],
+    window: str,
+) -> list[str]:
+    """What each team that gives its own GPUs to the pool gets back: its guarantee there is its
+    p95 use of the pool (never less while the pool has room for it, rule 2); said for every donor,
+    so that a guarantee of nothing is a visible decision, not an omission."""
+    given: dict[str, int] = {}
+    for g in gpus:
+        if g.owner is not None and _is_team(g.owner, fleet):
+            given[g.owner] = given.get(g.owner, 0) + 1
+    lines = []
+    for team, count in sorted(given.items()):
+        got = units.get(team, 0)
+        if got > 0:
+            lines.append(
+                f"{team} gives {count} GPUs to the pool and is guaranteed {got / UNITS_PER_GPU:g} GPUs of it "
+                f"(its p95 use of the pool over {window}: {floors.get(team, 0) / UNITS_PER_GPU:g} GPUs)"
+            )
+        else:
+            lines.append(
+                f"{team} gives {count} GPUs to the pool and is guaranteed none of it: its p95 use of "
+                f"the pool over {window} is 0; it borrows idle pool time like any team, and once it "
+                "uses the pool, planning again guarantees it that use"
+            )
+    return lines
 
 
 def _infeasible(name: str, evidence: Evidence, why: str) -> Proposal:
@@ -553,24 +720,15 @@ def _memory_need(evidence: Evidence, gpus: Sequence[GpuEvidence]) -> dict[str, i
 
 
 def _carve(
-    gpus: Sequence[GpuEvidence],
-    fleet: Fleet,
+    ordered: Sequence[GpuEvidence],
+    laid: Mapping[GpuKey, Mapping[str, int]],
     pool: Pool | None,
-    units: Mapping[str, int],
     memory_need: Mapping[str, int],
     notes: list[str],
-    team_memory: Mapping[str, int] | None = None,
+    caps_need: Mapping[str, int],
 ) -> tuple[GpuCarving, ...]:
-    """Guarantees laid onto GPUs in units, then each GPU's carving. `memory_need`: the evidence's
-    per-team need (MIG slice sizes); `team_memory`: the guarantees' memory (limiter caps)."""
-    caps_need = dict(memory_need if team_memory is None else team_memory)
-    order = {n.name: i for i, n in enumerate(fleet.nodes)}
-    ordered = sorted(gpus, key=lambda g: (order.get(g.node, len(order)), g.node, g.index))
-    laid: dict[tuple[str, int], dict[str, int]] = {(g.node, g.index): {} for g in ordered}
-    if pool is not None and pool.policy == "fixed-share" and sum(1 for u in units.values() if u > 0) > 1:
-        _spread(ordered, units, laid)
-    else:
-        _pack(ordered, units, laid, caps_need)
+    """Each GPU's carving from the units laid on it. `memory_need`: the evidence's per-team need
+    (MIG slice sizes); `caps_need`: the guarantees' memory (limiter caps)."""
     carving = pool.carving if pool is not None else "limiter"
     out = []
     for g in ordered:
@@ -631,14 +789,17 @@ def _pack(
     units: Mapping[str, int],
     laid: dict[GpuKey, dict[str, int]],
     need: Mapping[str, int],
-) -> None:
+    first: Sequence[str],
+) -> dict[str, int]:
     """Each team's units first where it already works (by its use there), then in order, on GPUs
     where its memory cap fits next to the others' and what is held; what fits nowhere is laid
-    where compute is left (its cap is then cut, `_caps`)."""
+    where compute is left (its cap is then cut, `_caps`). Only cards that hold a team's memory need
+    take its units, the teams in `first` order (`_laid_out`). Returns the units left."""
     free = {(g.node, g.index): UNITS_PER_GPU for g in ordered}
     left = dict(units)
-    for team in sorted(left, key=lambda t: (-left[t], t)):
-        for g in sorted(ordered, key=lambda g: -max(g.teams.get(team, (0.0,)), default=0.0)):
+    holding = {t: [g for g in ordered if _holds(g, t, need)] for t in left}
+    for team in first:
+        for g in sorted(holding[team], key=lambda g: -max(g.teams.get(team, (0.0,)), default=0.0)):
             use = p95([v for v, o in zip(g.teams.get(team, ()), g.observed, strict=False) if o > 0])
             if use <= 0 or left[team] <= 0:
                 continue
@@ -649,8 +810,8 @@ def _pack(
                 _lay(laid[key], team, take, free, key)
                 left[team] -= take
     for fit in (True, False):
-        for team in sorted(left, key=lambda t: (-left[t], t)):
-            for g in ordered:
+        for team in first:
+            for g in holding[team]:
                 key = (g.node, g.index)
                 if left[team] <= 0:
                     break
@@ -659,31 +820,43 @@ def _pack(
                 if take > 0:
                     _lay(laid[key], team, take, free, key)
                     left[team] -= take
-    assert all(v == 0 for v in left.values()), "guarantees exceed the pool"  # checked by propose
+    return left
 
 
 def _spread(
-    ordered: Sequence[GpuEvidence], units: Mapping[str, int], laid: dict[GpuKey, dict[str, int]]
-) -> None:
+    ordered: Sequence[GpuEvidence],
+    units: Mapping[str, int],
+    laid: dict[GpuKey, dict[str, int]],
+    need: Mapping[str, int],
+    first: Sequence[str],
+) -> dict[str, int]:
     """Water-fill for fixed-share, where a share is a cap even on an idle GPU: each team's units
-    spread evenly over the pool's GPUs (the remainder one unit each on the GPUs with the most room
-    left, where it works first), so no GPU is one team's alone while other teams are guaranteed.
-    Room stays level within one unit between GPUs, so everything fits."""
+    spread evenly over the pool's GPUs that hold its memory need (the remainder one unit each on
+    the GPUs with the most room left, where it works first), so no GPU is one team's alone while
+    other teams are guaranteed. Where every card holds every team, room stays level within one
+    unit between GPUs, so everything fits; else what finds no room is returned (units left)."""
     free = {(g.node, g.index): UNITS_PER_GPU for g in ordered}
-    n = len(ordered)
-    for team in sorted(units, key=lambda t: (-units[t], t)):
-        if units[team] <= 0:
-            continue
-        base, extra = divmod(units[team], n)
-        rank = {(g.node, g.index): i for i, g in enumerate(ordered)}
+    rank = {(g.node, g.index): i for i, g in enumerate(ordered)}
+    holding = {t: [g for g in ordered if _holds(g, t, need)] for t in units}
+    left: dict[str, int] = {}
+    for team in first:
+        rest = max(0, units[team])
         works = {(g.node, g.index): max(g.teams.get(team, (0.0,)), default=0.0) for g in ordered}
-        for key in sorted(free, key=lambda k: (-free[k], -works[k], rank[k]))[:extra]:
-            _lay(laid[key], team, 1, free, key)
-        for g in ordered:
-            key = (g.node, g.index)
-            if base:
-                _lay(laid[key], team, base, free, key)
-    assert all(v >= 0 for v in free.values()), "guarantees exceed the pool"  # checked by propose
+        while rest > 0:
+            room = [(g.node, g.index) for g in holding[team] if free[(g.node, g.index)] > 0]
+            if not room:
+                break
+            base, extra = divmod(rest, len(room))
+            for key in sorted(room, key=lambda k: (-free[k], -works[k], rank[k]))[:extra]:
+                _lay(laid[key], team, 1, free, key)
+                rest -= 1
+            for key in sorted(room, key=lambda k: rank[k]):
+                take = min(base, free[key])
+                if take:
+                    _lay(laid[key], team, take, free, key)
+                    rest -= take
+        left[team] = rest
+    return left
 
 
 def _caps(

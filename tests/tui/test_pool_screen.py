@@ -180,16 +180,18 @@ def test_mark_move_review_apply_and_see_the_new_layout(sim: Launched, tmp_path: 
         assert [gpus[k][4] for k in robotics[:3]] == ["silo → pool shared", "silo → pool shared", "silo"]
         teams = rows(app, "#pool-teams")
         assert teams["robotics"][1] == "8 → 6" and teams["robotics"][5] == "0 → 2"
-        assert teams["(all teams)"][6] == "0 → 2"  # the whole pool is guaranteed to somebody
+        # vision (saturated) needs 74 GiB, more than these 40 GiB cards: not placed there (issue 18)
+        assert teams["(all teams)"][6] == "0"
         text = review_text(app)
         assert "Moved by hand: 2 GPUs into pool shared" in text
         assert "sim-robotics-01:0 (robotics's silo) joins pool shared, moved by hand" in text
-        assert "guaranteed 2 GPUs of the pool" in text
+        assert "guaranteed 2 GPUs of the pool" not in text
+        assert "vision: 2 GPUs of its guarantee left out: its memory need" in text
         # the plan: the limiter lines of those two GPUs, nothing else
         plan = "\n".join(screen.review.lines)
         assert "node sim-robotics-01" in plan and "GPU 0 " in plan and "GPU 1 " in plan
         assert "GPU 2 " not in plan and plan.count("node ") == 1
-        assert "+ limiter tenant" in plan and "Plan: 4 to add, 0 to change, 0 to remove on 2 GPU(s)" in text
+        assert "+ limiter tenant" in plan and "Plan: 2 to add, 0 to change, 0 to remove on 2 GPU(s)" in text
         assert "a: apply" in text
         assert path.read_bytes() == original  # nothing written yet
 
@@ -198,7 +200,7 @@ def test_mark_move_review_apply_and_see_the_new_layout(sim: Launched, tmp_path: 
         await pilot.pause()
         assert isinstance(app.screen, ConfirmScreen)
         body = text_of(app.screen.query_one("#confirm-body", Static))
-        assert "is rewritten first" in body and "4 to add" in body and "2 GPUs of 1 node are applied" in body
+        assert "is rewritten first" in body and "2 to add" in body and "2 GPUs of 1 node are applied" in body
         await pilot.press("n")
         await pilot.pause()
         assert screen.is_current and screen.review is not None and "nothing applied" in status(app)
@@ -231,10 +233,10 @@ def test_mark_move_review_apply_and_see_the_new_layout(sim: Launched, tmp_path: 
         silo, pool = live["robotics"], live["pool shared"]
         assert (silo.owned, silo.silo, silo.pooled, silo.guaranteed) == (8, 6, 2, 6)
         assert silo.idle == 6  # its silo's idle GPUs; the two in the pool are the pool's
-        assert (pool.pool, pool.owned, pool.guaranteed) == ("shared", 2, 2)
+        assert (pool.pool, pool.owned, pool.guaranteed) == ("shared", 2, 0)
         assert 0 <= pool.idle <= 2  # the simulated queue may already run work there
         teams = [r for r in live.values() if r.pool is None]
-        assert sum(r.guaranteed for r in teams) == pytest.approx(48)  # 46 in silos, 2 in the pool
+        assert sum(r.guaranteed for r in teams) == pytest.approx(46)  # 46 in silos, none in the pool
 
         # ... and one of them back to the silo: its limiter lines go with it
         table.move_to_key("sim-robotics-01:1")

@@ -6,7 +6,12 @@
   through fleet.yaml's own desired-state checks); the memory caps of a pool GPU fit into what
   the processes still there leave free (burst-share and fixed-share pools);
 - the proposal is a valid fleet.yaml;
-- planning again on the proposal, with the same evidence, proposes nothing.
+- planning again on the proposal, with the same evidence, proposes nothing;
+- (issue 18) no team has a share on a card whose memory is less than the team's memory need;
+  every team that gives GPUs to the pool is guaranteed at least its p95 use of the pool unless
+  the notes say the pool's cards that hold its need have no room; every share written is a
+  0.1% step, what the limiter enforces (it keeps a share in permille), and they add up to 100%
+  at most.
 """
 
 from __future__ import annotations
@@ -203,9 +208,93 @@ REGRANT = {
 }
 
 
+# Found by hypothesis under the ci profile (issue 18, shrunk by hand): the pool's two H100s hold the
+# memory need of speech (52 GiB), nlp (61 GiB) and robotics (69 GiB), its L40Ss (48 GiB) nobody's.
+# robotics, using nothing but promised 40% (1.6 GPUs) before, was laid first (the largest guarantee
+# went first) and took most of the H100s, so nlp's use was left out; planning again read robotics'
+# cut guarantee back as its promise, ranked nlp first and moved robotics' limiter lines to nlp. The
+# teams are now ranked by their use, which the proposal does not change.
+SCARCE_CARDS = {
+    "teams": ["speech", "robotics", "nlp"],
+    "nodes": [
+        {"name": "n1", "model": "NVIDIA H100 80GB HBM3", "owner": None, "usage": [IDLE, IDLE]},
+        {
+            "name": "n2",
+            "model": "NVIDIA L40S",
+            "owner": None,
+            "usage": [
+                [*IDLE[:5], [("speech", 1.0, 52)], *IDLE[6:]],
+                [
+                    [],
+                    [],
+                    [],
+                    [],
+                    [("nlp", 0.0, 61)],
+                    [("speech", 0.6, 1)],
+                    [("robotics", 0.0, 69)],
+                    [("nlp", 1.0, 1)],
+                ],
+            ],
+        },
+    ],
+    "pooled": ["n2", "n1"],
+    "guarantees": {"robotics": 40.0},
+    "carving": "limiter",
+}
+# Found by hypothesis (shrunk by hand): on a pool of 3 GPUs a 0.1% step is 0.3 of a unit (1% of a
+# GPU), so 37.6% and 37.4% give back the same 1.12 GPUs; the planner wrote the first (vision's
+# promise cut to fit 100%) and planning again wrote the second. A share is now written as the
+# fewest steps that give back its units.
+SAME_UNITS = {
+    "teams": ["speech", "vision", "robotics", "nlp"],
+    "nodes": [
+        {"name": "n1", "model": "NVIDIA H100 80GB HBM3", "owner": None, "usage": [IDLE]},
+        {
+            "name": "n2",
+            "model": "NVIDIA A100-SXM4-80GB",
+            "owner": None,
+            "usage": [
+                [[], [], [("robotics", 0.97, 1)], [], [], [], [], []],
+                [[], [], [], [("speech", 0.6, 1), ("nlp", 0.3, 1)], [], [], [], []],
+            ],
+        },
+    ],
+    "pooled": ["n1", "n2"],
+    "guarantees": {"vision": 40.0},
+    "carving": "limiter",
+}
+# Written by hand (the draw did not find it): nlp's promised 1.2 GPUs need 70 GiB, which only the
+# pool's one H100 holds, so 0.2 of it is left out; the spare was counted before that cut, so
+# saturated vision got 1 GPU and, planning again, another. Spare is now counted after the cut.
+GRANT_AFTER_CUT = {
+    "teams": ["vision", "nlp"],
+    "nodes": [
+        {
+            "name": "n0",
+            "model": "NVIDIA A100-SXM4-80GB",
+            "owner": "vision",
+            "usage": [[[("vision", 1.0, 1)]] * BUCKETS] * 2,
+        },
+        {
+            "name": "n1",
+            "model": "NVIDIA H100 80GB HBM3",
+            "owner": None,
+            "usage": [[[("nlp", 0.0, 70)], *IDLE[1:]]],
+        },
+        {"name": "n2", "model": "NVIDIA L40S", "owner": None, "usage": [IDLE, IDLE]},
+    ],
+    "pooled": ["n1", "n2"],
+    "guarantees": {"nlp": 40.0},
+    "carving": "limiter",
+}
+
+
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 @example(REGRANT)
+@example(SCARCE_CARDS)
+@example(SAME_UNITS)
+@example(GRANT_AFTER_CUT)
 def test_planner_properties(s: dict[str, Any]) -> None:
     fleet = _fleet(s)
     histories = _histories(s)
@@ -228,11 +317,31 @@ def test_planner_properties(s: dict[str, Any]) -> None:
     pool_gpus = {k for k in all_gpus if pool_of(*k) == "shared"}
     size = len(pool_gpus)
     pool = new.pools.get("shared")
+    need = {g.team: g.memory for g in proposal.guarantees if g.memory}
+    left_out = {
+        t for t in s["teams"] if any(n.startswith(f"{t}: ") and "left out" in n for n in proposal.notes)
+    }
+    stepped_under = {
+        t for t in s["teams"] if any(n.startswith(f"{t}'s share is written") for n in proposal.notes)
+    }
     for team in s["teams"]:
         silo = {k for k in all_gpus if k not in pool_gpus and new.gpu_owner(k[0], k[1]) == team}
         share = pool.guarantees[team].share if pool is not None and team in pool.guarantees else 0.0
         guaranteed = len(silo) + share / 100.0 * size
-        assert guaranteed + 1e-6 >= _use(s, team, silo | pool_gpus), team
+        # a share one 0.1% step under the floor (floors filling the pool, said in the notes)
+        slack = size / 1000.0 if team in stepped_under else 0.0
+        if team not in left_out:
+            assert guaranteed + slack + 1e-6 >= _use(s, team, silo | pool_gpus), team
+        donor = any(new.gpu_owner(*k) == team for k in pool_gpus)
+        if donor and team not in left_out:
+            assert share / 100.0 * size + slack + 1e-6 >= _use(s, team, pool_gpus), team
+    if pool is not None:
+        written = [g.share for g in pool.guarantees.values()]
+        assert all(abs(v * 10 - round(v * 10)) < 1e-9 for v in written), written
+        assert sum(written) <= 100.0 + 1e-9, written
+    for c in proposal.carvings:
+        for team, u in c.units.items():
+            assert u <= 0 or not c.memory_total or need.get(team, 0) <= c.memory_total, (c, need)
     for n in s["nodes"]:
         for g in range(len(n["usage"])):
             shares, caps = _shares(new, n["name"], g, f"GPU-{n['name']}-{g}", n["model"])
