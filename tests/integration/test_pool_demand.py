@@ -106,7 +106,13 @@ def test_the_queue_drains_once_the_pool_is_applied(fleet: Launched) -> None:
     for job in state["jobs"]:  # every job ran on a pool card it was granted or may borrow
         assert pool.pool_of(job["node"], job["gpu"]) == "shared", job
         assert job["grant"] in ("guaranteed", "borrowed")
-    assert {j["grant"] for j in state["jobs"]} == {"guaranteed", "borrowed"}
+    # Speech's memory need (its largest processes, ~76 GiB) fits only the pool's one 80 GiB card,
+    # which the planner gives vision: it says speech's guarantee was left out, so speech's work
+    # runs on borrowed capacity (issue 18: never place a team where its need cannot run).
+    grants = {j["grant"] for j in state["jobs"]}
+    assert "borrowed" in grants
+    if "guaranteed" not in grants:
+        assert "speech" in result.stdout and "left out" in result.stdout, result.stdout
 
     # Over SSH: speech's processes on pool cards, attributed by the limiter's tenant label,
     # those cards busy, and the fleet busier than it was while the queue waited.
