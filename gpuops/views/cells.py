@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from gpuops.core.history import instance_fraction
-from gpuops.core.model import Gpu
+from gpuops.core.model import Gpu, GpuProcess
 from gpuops.fleet.collector import NodeView
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views.common import (
@@ -87,10 +87,11 @@ def cells_of(node: str, g: GpuPass) -> list[Cell]:
         cells: list[Cell] = []
         used = 0.0
         samples = {m.gpu_instance_id: m for m in gpu.mig_samples}
+        on: dict[int | None, list[tuple[GpuProcess, str]]] = {}  # processes by GPU instance, in order
+        for p, t in zip(gpu.processes, g.tenants, strict=True):
+            on.setdefault(p.gpu_instance_id, []).append((p, t))
         for gi in sorted(gpu.mig.gpu_instances, key=lambda g: g.start):
-            procs = [
-                (p, t) for p, t in zip(gpu.processes, g.tenants, strict=True) if p.gpu_instance_id == gi.id
-            ]
+            procs = on.get(gi.id, ())
             fraction = instance_fraction(gpu, gi)
             used += fraction
             sample = samples.get(gi.id)
@@ -99,27 +100,26 @@ def cells_of(node: str, g: GpuPass) -> list[Cell]:
             util = as_float(sample.sm_utilization_percent) if sample else None
             memory = percent_of(mem_used, mem_total)
             state = capacity_state(util, len(procs), memory)
-            cells.append(
-                Cell(
-                    node,
-                    index,
-                    SLICE,
-                    owner,
-                    model,
-                    instance=gi.id,
-                    profile=gi.profile_name,
-                    util=util,
-                    memory=memory,
-                    memory_used=mem_used,
-                    memory_total=mem_total,
-                    busy=state == BUSY,
-                    held=state == HELD,
-                    fraction=fraction,
-                    processes=len(procs),
-                    tenants=tuple(sorted({t for _, t in procs})),
-                    users=tuple(sorted({p.user for p, _ in procs if p.user})),
-                )
+            fields: tuple[object, ...] = (
+                node,
+                index,
+                SLICE,
+                owner,
+                model,
+                gi.id,
+                gi.profile_name,
+                util,
+                memory,
+                mem_used,
+                mem_total,
+                state == BUSY,
+                state == HELD,
+                fraction,
+                len(procs),
+                tuple(sorted({t for _, t in procs})),
+                tuple(sorted({p.user for p, _ in procs if p.user})),
             )
+            cells.append(_tuple_new(Cell, fields))
         if not cells:
             return [Cell(node, index, EMPTY_MIG, owner, model)]
         free = round(1.0 - used, 6)
