@@ -14,8 +14,11 @@ intervals: a longer gap is not counted):
   when none holds any); its busy time is its utilization (100% while processes are present when
   the node does not report utilization);
 - on MIG, each GPU instance is `instance_fraction` of the GPU, shared between its processes'
-  keys by memory; NVML gives no utilization per MIG device, so an instance with processes counts
-  as busy (`busy == held` for MIG keys).
+  keys by memory; an instance with processes is busy by its SMs' utilization where NVML's GPM
+  gives it (Hopper and newer: `busy == held * util/100` for its keys), else all of it while held
+  (Ampere, or an instance's first sample: `busy == held`). The live views count GPU-time the same
+  way (gpuops/views/tenants.py), and so do the PromQL history rules
+  (deploy/prometheus/gpuops-history.rules.yml).
 
 `gpu_shares` computes one sample's shares; the recorder multiplies them by the sample's time.
 """
@@ -48,7 +51,7 @@ class UserUsage:
     gpu_instance_id: Optional[int]  # MIG GPU instance, None when not on MIG
     seconds: float  # seconds during which this key had a process on the GPU
     held: float  # GPU-equivalent-seconds of presence: sum(weight * dt)
-    busy: float  # GPU-time seconds: sum(weight * util/100 * dt); on MIG: = held
+    busy: float  # GPU-time seconds: sum(weight * util/100 * dt); MIG: the slice's GPM util, else 100
     memory: float  # byte-seconds: sum(memory held by the key's processes * dt)
     memory_max: int  # largest total memory of the key at one sample
     process_max: int  # largest memory of one process of the key at one sample
@@ -177,7 +180,7 @@ class KeyShare:
 
     key: Key
     weight: float  # GPU-equivalents held
-    busy: float  # GPU-equivalents busy (weight * util/100; on MIG = weight)
+    busy: float  # GPU-equivalents busy (weight * util/100; on MIG the slice's GPM util, else = weight)
     memory: int  # bytes its processes hold
     process_max: int  # bytes of its largest process
     processes: int
@@ -187,7 +190,7 @@ class KeyShare:
 class GpuShare:
     """One sample of one GPU, as the recorder integrates it."""
 
-    busy: float  # fraction of the GPU busy (util/100; MIG: fraction held by instances in use)
+    busy: float  # fraction of the GPU busy (util/100; MIG: instances in use, each by its GPM util)
     memory: int  # device memory used, bytes
     mig: bool
     keys: Tuple[KeyShare, ...]
@@ -243,8 +246,12 @@ def gpu_shares(gpu: Gpu) -> GpuShare:
             if not procs:
                 continue
             fraction = instance_fraction(gpu, gi)
-            busy += fraction
-            keys.extend(_key_shares(procs, _process_memory(procs, gi_used), fraction, None))
+            # GPU-time: the slice's SM utilization where NVML's GPM gives it, else all of it while
+            # a process holds it (as the live views count it: docs/tui.md, GPU-time).
+            gi_util = _num(ms.sm_utilization_percent) if ms is not None else None
+            gi_fraction = None if gi_util is None else min(1.0, max(0.0, gi_util / 100.0))
+            busy += fraction if gi_fraction is None else fraction * gi_fraction
+            keys.extend(_key_shares(procs, _process_memory(procs, gi_used), fraction, gi_fraction))
         device_used = _int(sample.memory_used_bytes) if sample is not None else None
         if device_used is None:
             device_used = used or sum(_int(p.used_memory_bytes) or 0 for p in gpu.processes)

@@ -21,7 +21,16 @@ from gpuops.core.history import (
     history_from_json,
     history_to_json,
 )
-from gpuops.core.model import Gpu, GpuInfo, GpuInstance, GpuProcess, GpuSample, MigState, NotAvailable
+from gpuops.core.model import (
+    Gpu,
+    GpuInfo,
+    GpuInstance,
+    GpuProcess,
+    GpuSample,
+    MigInstanceSample,
+    MigState,
+    NotAvailable,
+)
 
 T0 = 1_767_225_600.0  # 2026-01-01 00:00 UTC
 
@@ -234,6 +243,46 @@ def test_mig_instances_are_their_fraction_of_the_gpu() -> None:
     assert by_user["dave"].weight == pytest.approx(3 / 7 * 0.25)
     assert by_user["erin"].weight == pytest.approx(1 / 7) and by_user["erin"].key[4] == 9
     assert MINUTE == 60.0
+
+
+def test_mig_instances_with_gpm_utilization_count_it_as_gpu_time() -> None:
+    """Hopper: a held slice's GPU-time is its fraction times its SMs' utilization (NVML's GPM),
+    as the live views count it (docs/tui.md, GPU-time); a slice without a figure (NO_DATA at its
+    first sample) counts fully while held."""
+    gis = (
+        GpuInstance(1, 9, "3g.40gb", 0, 4, 40 * GIB, 42),
+        GpuInstance(9, 19, "1g.10gb", 6, 1, 10 * GIB, 14),
+        GpuInstance(10, 19, "1g.10gb", 5, 1, 10 * GIB, 14),
+        GpuInstance(11, 19, "1g.10gb", 4, 1, 10 * GIB, 14),  # empty, yet its SMs report 30%
+    )
+    gpu = Gpu(
+        info=GpuInfo(
+            0, "GPU-0", "NVIDIA H100 80GB HBM3", "0000:01:00.0", 0x233010DE, 80 * GIB, True, "H100-80GB"
+        ),
+        mig=MigState(True, True, gis),
+        sample=_sample(NotAvailable("NOT_SUPPORTED"), 26 * GIB),
+        processes=(
+            GpuProcess(1, 15 * GIB, user="carol", gpu_instance_id=1),
+            GpuProcess(2, 5 * GIB, user="dave", gpu_instance_id=1),
+            GpuProcess(3, 6 * GIB, user="erin", gpu_instance_id=9),
+            GpuProcess(4, 1 * GIB, user="fred", gpu_instance_id=10),
+        ),
+        mig_samples=(
+            MigInstanceSample(1, 20 * GIB, 40 * GIB, 50.0),
+            MigInstanceSample(9, 6 * GIB, 10 * GIB, 120.0),  # clamped to all of it
+            MigInstanceSample(10, 1 * GIB, 10 * GIB, NotAvailable("NO_DATA")),
+            MigInstanceSample(11, 0, 10 * GIB, 30.0),
+        ),
+    )
+    share = gpu_shares(gpu)
+    assert share.mig and share.busy == pytest.approx(3 / 7 * 0.5 + 1 / 7 + 1 / 7)
+    by_user = {k.key[0]: k for k in share.keys}
+    assert by_user["carol"].weight == pytest.approx(3 / 7 * 0.75)
+    assert by_user["carol"].busy == pytest.approx(3 / 7 * 0.75 * 0.5)
+    assert by_user["dave"].busy == pytest.approx(3 / 7 * 0.25 * 0.5)
+    assert by_user["erin"].busy == pytest.approx(1 / 7) == by_user["erin"].weight
+    assert by_user["fred"].busy == pytest.approx(1 / 7) == by_user["fred"].weight
+    assert share.busy == pytest.approx(sum(k.busy for k in share.keys))
 
 
 # ---- the fast path and kept JSON -----------------------------------------------------------------
