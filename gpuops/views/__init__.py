@@ -21,8 +21,10 @@ Definitions (also in docs/tui.md):
   utilized; a MIG slice by its SMs (GPM) where reported, else while it holds a process; counted
   in GPU-equivalents. **idle**: capacity with data that is not busy, free MIG slices included;
   **held idle**: the idle part holding processes or memory.
-- **GPU-time**: utilization-weighted GPU-equivalents (a GPU at 50% is 0.5). NVML gives no
-  utilization per MIG device, so a MIG slice counts fully while it holds a process. A GPU's time is
+- **GPU-time**: utilization-weighted GPU-equivalents (a GPU at 50% is 0.5). A MIG slice holding a
+  process counts its share times its SMs' utilization where NVML's GPM gives it (Hopper and
+  newer), else all of its share (Ampere reports none per slice); node history
+  (core/history.py `gpu_shares`) and the PromQL history rules count it alike. A GPU's time is
   split between the tenants on it by the memory their processes hold (equally when unknown).
 - **waste**: owned capacity minus the GPU-time delivered on it, by anyone: an idle silo of 8 cards
   wastes 8, a notebook node at 10% wastes most of its cards, a saturated team almost nothing.

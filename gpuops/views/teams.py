@@ -14,7 +14,8 @@ from gpuops.views.common import as_int, gpu_busy
 @dataclass(frozen=True)
 class TeamSummary:
     """A team as the CLI's per-team table prints it. A GPU counts as *busy* when it is at least 5%
-    utilized or has a process on it (on MIG GPUs NVML gives no utilization, so processes decide)."""
+    utilized or has a process on it; a MIG GPU when one of its slices is busy (by its SMs' GPM
+    utilization where reported, else while it holds a process: `common.capacity_state`)."""
 
     team: str
     nodes: int  # nodes the team owns

@@ -36,15 +36,6 @@ class UsedDisagrees(AssertionError):
     """PromQL's mean GPU time of a team is not `gpuops tenants --json`'s `used`."""
 
 
-# Known disagreement, left for the next session: the live views (and so the exporter's
-# gpuops_tenant_gpu_used) count a MIG slice's GPU-time by its GPM SM utilization, while the node
-# history (core/history.gpu_shares) and the PromQL history rules count a held slice in full, so
-# teams with MIG slices read lower here than in `tenants --json`. Strict: it says when fixed.
-@pytest.mark.xfail(
-    strict=True,
-    raises=UsedDisagrees,
-    reason="live views weigh MIG slices by GPM utilization; node history counts held slices in full",
-)
 def test_promql_agrees_with_tenants(prometheus_factory: PrometheusFactory, tmp_path: Path) -> None:
     directory = tmp_path / "sim"
     launch(directory, "silos", nodes=NODES, timeout=90)
