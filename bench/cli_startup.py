@@ -8,7 +8,8 @@ first on the path, so the figures differ only by the code.
 - **start-up**: wall time of the whole process (exec to exit), min and median of `--runs`, and
   its CPU time (user + system, min), for
   `python -c pass`, `gpuops --help`, `gpuops mig check A100-40GB 3g.20gb 3g.20gb`, `gpuops agent
-  --help`, `gpuops tenants --help` (a fleet command: spec and planner, no SSH client); and how many modules each imports (`python -X importtime`).
+  --help`, `gpuops tenants --help` (a fleet command: spec and planner, no SSH client); and how
+  many modules each imports (`python -X importtime`).
 - **agent memory**: resident set (VmRSS) of the agent on the simulated 8-GPU demo node, started as
   `gpuops agent` and as `python -m gpuops.node agent`, with `--stdio` (after hello, inventory and
   one sample answered) and with `--metrics` (after one scrape); the median of three starts.
