@@ -271,6 +271,53 @@ class _BucketAcc:
             )
         return Bucket(start=self.start, span=self.span, gpus=tuple(gpus))
 
+    def text(self, parts: Dict[Any, str]) -> str:
+        """`_dumps(bucket_to_json(self.freeze()))`, without the bucket's objects: the figures
+        written as json writes them (repr) between fragments that stay the same from bucket
+        to bucket (a GPU's identity, a key's), encoded by json once and kept in `parts`. The
+        simulator's past is hundreds of buckets per node, encoded right away."""
+        gpus = []
+        for acc in sorted(self.gpus.values(), key=lambda a: (a.index, a.uuid)):
+            ident = (acc.index, acc.uuid, acc.name, acc.memory_total, acc.owner, acc.mig)
+            head = parts.get(ident)
+            if head is None:
+                names = ("index", "uuid", "name", "memory_total", "owner", "mig")
+                head = parts[ident] = _dumps(dict(zip(names, ident)))[:-1] + ',"seconds":'
+            seconds = acc.seconds
+            users = []
+            for key, k in sorted(acc.keys.items(), key=_key_order):
+                user = parts.get(key)
+                if user is None:
+                    fields = ("user", "groups", "tenant", "tenant_source", "gpu_instance_id")
+                    values = (key[0], list(key[1]), key[2], key[3], key[4])
+                    user = parts[key] = _dumps(dict(zip(fields, values)))[:-1] + ',"seconds":'
+                users.append(
+                    '%s%r,"held":%r,"busy":%r,"memory":%r,"memory_max":%r,"process_max":%r,'
+                    '"processes":%r}'
+                    % (
+                        user,
+                        round(min(k.seconds, seconds), 3),
+                        round(k.held, 3),
+                        round(k.busy, 3),
+                        float(round(k.memory)),
+                        k.memory_max,
+                        k.process_max,
+                        k.processes,
+                    )
+                )
+            gpus.append(
+                '%s%r,"busy":%r,"memory":%r,"memory_max":%r,"users":[%s]}'
+                % (
+                    head,
+                    round(seconds, 3),
+                    round(acc.busy, 3),
+                    float(round(acc.memory)),
+                    acc.memory_max,
+                    ",".join(users),
+                )
+            )
+        return '{"start":%r,"span":%r,"gpus":[%s]}' % (self.start, self.span, ",".join(gpus))
+
     @classmethod
     def of(cls, bucket: Bucket, max_keys: int) -> "_BucketAcc":
         acc = cls(bucket.start, bucket.span)
@@ -339,6 +386,15 @@ class Rollup:
             self._minutes[s].freeze() for s in sorted(self._minutes)
         ]
 
+    def packed(self) -> List["Packed"]:
+        """`buckets()` as a recorder keeps them (`Packed`), in the same order."""
+        parts: Dict[Any, str] = {}
+        return [
+            Packed(start, accs[start].span, zlib.compress(accs[start].text(parts).encode("utf-8"), 1))
+            for accs in (self._hours, self._minutes)
+            for start in sorted(accs)
+        ]
+
 
 # ---- files -------------------------------------------------------------------------------------
 
@@ -405,8 +461,10 @@ class _Stored:
 
     __slots__ = ("_data",)
 
-    def __init__(self, bucket: Bucket) -> None:
-        self._data = zlib.compress(_dumps(bucket_to_json(bucket)).encode("utf-8"), 1)
+    def __init__(self, bucket: Optional[Bucket], data: bytes = b"") -> None:
+        self._data = (
+            zlib.compress(_dumps(bucket_to_json(bucket)).encode("utf-8"), 1) if bucket is not None else data
+        )
 
     def json(self) -> str:
         return zlib.decompress(self._data).decode("utf-8")
@@ -414,6 +472,34 @@ class _Stored:
     @property
     def bucket(self) -> Bucket:
         return bucket_from_json(json.loads(self.json()))
+
+
+class Packed:
+    """A finished bucket as a recorder keeps it (its JSON text, compressed) with its start and
+    span: how the simulator's past comes from the worker processes that build it
+    (`Rollup.packed`), a tenth of the bytes of the bucket's objects, and merged into the
+    recorder without encoding it again (`Recorder.merge`)."""
+
+    __slots__ = ("data", "span", "start")
+
+    def __init__(self, start: float, span: float, data: bytes) -> None:
+        self.start = start
+        self.span = span
+        self.data = data
+
+    def json(self) -> str:
+        return zlib.decompress(self.data).decode("utf-8")
+
+    @property
+    def bucket(self) -> Bucket:
+        return bucket_from_json(json.loads(self.json()))
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (Packed, (self.start, self.span, self.data))
+
+
+def _unpacked(b: "Bucket | Packed") -> Bucket:
+    return b.bucket if isinstance(b, Packed) else b
 
 
 class RecorderBusy(Exception):
@@ -515,17 +601,17 @@ class Recorder:
         if self.autoflush and self.clock() - self._last_flush >= self.flush_every:
             self.flush()
 
-    def merge(self, buckets: Iterable[Bucket]) -> None:
+    def merge(self, buckets: Iterable["Bucket | Packed"]) -> None:
         """Add buckets recorded elsewhere for times this recorder did not record (the
         simulator's past), then write."""
-        others: Dict[str, List[Bucket]] = {}
+        others: Dict[str, List[Bucket | Packed]] = {}
         horizon = self.clock() - self.keep_minutes * MINUTE
         for b in buckets:
             if b.span == MINUTE:
                 if b.start + MINUTE <= horizon:
                     continue
                 if self._minute is not None and self._minute.start == b.start:
-                    self._minute.merge(b, self.max_keys)
+                    self._minute.merge(_unpacked(b), self.max_keys)
                 else:
                     self._merge_stored(self._minutes, b)
                 self._dirty_minutes = True
@@ -533,7 +619,7 @@ class Recorder:
                 day = day_of(b.start)
                 if day == self._day:
                     if self._hour is not None and self._hour.start == b.start:
-                        self._hour.merge(b, self.max_keys)
+                        self._hour.merge(_unpacked(b), self.max_keys)
                     else:
                         self._merge_stored(self._hours, b)
                     self._dirty_hours = True
@@ -548,13 +634,13 @@ class Recorder:
             self._write_hours(day, stored, None)
         self.flush()
 
-    def _merge_stored(self, stored: Dict[float, _Stored], b: Bucket) -> None:
+    def _merge_stored(self, stored: Dict[float, _Stored], b: "Bucket | Packed") -> None:
         old = stored.get(b.start)
         if old is None:
-            stored[b.start] = _Stored(b)
+            stored[b.start] = _Stored(None, b.data) if isinstance(b, Packed) else _Stored(b)
         else:
             acc = _BucketAcc.of(old.bucket, self.max_keys)
-            acc.merge(b, self.max_keys)
+            acc.merge(_unpacked(b), self.max_keys)
             stored[b.start] = _Stored(acc.freeze())
 
     def _hour_acc(self, start: float) -> _BucketAcc:

@@ -49,7 +49,8 @@ from gpuops.core.history import MINUTE, Bucket
 from gpuops.core.model import NodeSample
 from gpuops.node.backends.base import Backend, BackendError, BackendUnavailable
 from gpuops.node.backends.sim import SimBackend
-from gpuops.node.history import DEFAULT_INTERVAL, KEEP_MINUTES, Recorder, Rollup
+from gpuops.node.history import DEFAULT_INTERVAL, KEEP_MINUTES, Packed, Recorder, Rollup
+from gpuops.node.sim_past import past_rollup
 
 log = logging.getLogger("gpuops.simfleet")
 
@@ -214,7 +215,9 @@ class SimHistory:
             async with slots:
                 await self.ensure_past(name)
 
+        began = time.monotonic()
         await asyncio.gather(*(one(name) for name in list(self.nodes)))
+        log.info("simulated pasts of %d nodes built in %.1fs", self.backfilled, time.monotonic() - began)
 
     async def prepare(self, name: str) -> None:
         """Before a node's agent reads its history: its past is there, what was recorded is
@@ -257,8 +260,8 @@ class SimHistory:
         log.debug("%s: %d days of simulated history in %.2fs", node.name, self.days, took)
         return took
 
-    async def _evaluate(self, args: tuple[Any, ...]) -> list[Bucket]:
-        """`past_buckets(*args)` in a worker process, or in a thread when there is none."""
+    async def _evaluate(self, args: tuple[Any, ...]) -> list[Packed]:
+        """`past_packed(*args)` in a worker process, or in a thread when there is none."""
         loop = asyncio.get_running_loop()
         if self.workers > 0 and not self._closed:
             try:
@@ -270,12 +273,12 @@ class SimHistory:
                         mp_context=multiprocessing.get_context("spawn"),
                         initializer=_worker_init,
                     )
-                buckets: list[Bucket] = await loop.run_in_executor(self._pool, past_buckets, *args)
+                buckets: list[Packed] = await loop.run_in_executor(self._pool, past_packed, *args)
                 return buckets
             except (BrokenProcessPool, OSError) as exc:
                 log.warning("simulated pasts: worker processes failed (%s); evaluating here", exc)
                 self.workers = 0
-        return await asyncio.to_thread(past_buckets, *args)
+        return await asyncio.to_thread(past_packed, *args)
 
     def close(self) -> None:
         """Stop recording. What is not written is dropped: the next start of the fleet begins a
@@ -290,16 +293,44 @@ class SimHistory:
 
 
 def past_buckets(
-    spec: Any, end: float, days: float, step: float, coarse_step: float, minutes_after: float
+    spec: Any,
+    end: float,
+    days: float,
+    step: float,
+    coarse_step: float,
+    minutes_after: float,
+    sampled: bool = False,
 ) -> list[Bucket]:
     """The buckets a recorder would hold from the node's model sampled at `past_times` up to
     `end` (the live recorder's first sample, whose stretch is counted here; the live recorder
-    counts from it). Raises BackendUnavailable for a spec the simulator cannot run."""
+    counts from it). Raises BackendUnavailable for a spec the simulator cannot run.
+
+    The buckets are computed from the model without building its samples (`past_rollup`,
+    node/sim_past.py); `sampled=True` builds every sample and adds it to a `Rollup` instead (the
+    reference the tests compare it with: the same buckets)."""
+    return _past(spec, end, days, step, coarse_step, minutes_after, sampled).buckets()
+
+
+def past_packed(
+    spec: Any, end: float, days: float, step: float, coarse_step: float, minutes_after: float
+) -> list[Packed]:
+    """`past_buckets` as the recorder keeps them (compressed JSON text): what a worker process
+    sends back, for the fleet process to merge without encoding a bucket."""
+    return _past(spec, end, days, step, coarse_step, minutes_after, False).packed()
+
+
+def _past(
+    spec: Any, end: float, days: float, step: float, coarse_step: float, minutes_after: float, sampled: bool
+) -> Rollup:
     clock = _Clock(end)
     past = _PastBackend(spec=spec, clock=clock)
-    rollup = Rollup(max(step, coarse_step), minutes_after=minutes_after)
+    interval = max(step, coarse_step)
+    times = past_times(end, days, step, coarse_step)
     try:
-        for t in past_times(end, days, step, coarse_step):
+        if not sampled:
+            return past_rollup(past, times, interval, minutes_after)
+        rollup = Rollup(interval, minutes_after=minutes_after)
+        for t in times:
             clock.t = t
             try:
                 sample: NodeSample = past.sample()
@@ -308,7 +339,7 @@ def past_buckets(
             rollup.add(sample)
     finally:
         past.close()
-    return rollup.buckets()
+    return rollup
 
 
 def _worker_init() -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 DAY = 86400.0
 HOUR = 3600.0
@@ -28,6 +28,55 @@ def noise(seed: int, *key: object) -> float:
     text = "\x1f".join(map(str, (seed, *key)))
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 18446744073709551616.0
+
+
+# Hashers that have hashed the text of (seed, *key) and the separator: `noise` of that key at a
+# time bucket is a copy of one of these fed the bucket's digits, the same hash of the same text
+# (a third of the cost of hashing it whole: most of a sample is noise). Bounded: emptied when full.
+_HASHERS: Dict[Tuple[int, Tuple[object, ...]], Any] = {}
+_MAX_HASHERS = 1 << 16
+
+
+def _noise_at(seed: int, key: Tuple[object, ...], bucket: object) -> float:
+    """`noise(seed, *key, bucket)`."""
+    base = _HASHERS.get((seed, key))
+    if base is None:
+        if len(_HASHERS) >= _MAX_HASHERS:
+            _HASHERS.clear()
+        text = "\x1f".join(map(str, (seed, *key))) + "\x1f"
+        base = _HASHERS[(seed, key)] = hashlib.blake2b(text.encode("utf-8"), digest_size=8)
+    h = base.copy()
+    h.update(str(bucket).encode("utf-8"))
+    return int.from_bytes(h.digest(), "big") / 18446744073709551616.0
+
+
+def _hasher(seed: int, key: Tuple[object, ...]) -> Any:
+    base = _HASHERS.get((seed, key))
+    if base is None:
+        _noise_at(seed, key, 0)
+        base = _HASHERS[(seed, key)]
+    return base
+
+
+def _smooth_at(base: Any, t: float, period: float) -> float:
+    """`smooth_noise(seed, key, t, period)` from `_hasher(seed, key)`."""
+    x = t / period
+    bucket = math.floor(x)
+    frac = x - bucket
+    frac = frac * frac * (3.0 - 2.0 * frac)
+    h = base.copy()
+    h.update(str(bucket).encode("utf-8"))
+    a = int.from_bytes(h.digest(), "big") / 18446744073709551616.0
+    h = base.copy()
+    h.update(str(bucket + 1).encode("utf-8"))
+    b = int.from_bytes(h.digest(), "big") / 18446744073709551616.0
+    return a + (b - a) * frac
+
+
+def _bucket_at(base: Any, bucket: int) -> float:
+    h = base.copy()
+    h.update(str(bucket).encode("utf-8"))
+    return int.from_bytes(h.digest(), "big") / 18446744073709551616.0
 
 
 # A noise memo (`Moment.memo`; the backend keeps one) only saves hashing: it holds what `noise`
@@ -47,16 +96,16 @@ def smooth_noise(
     frac = x - bucket
     frac = frac * frac * (3.0 - 2.0 * frac)
     if memo is None:
-        a = noise(seed, *key, bucket)
-        b = noise(seed, *key, bucket + 1)
+        a = _noise_at(seed, key, bucket)
+        b = _noise_at(seed, key, bucket + 1)
         return a + (b - a) * frac
     slot = (seed, key, period)
     last = memo.get(slot)
     if last is not None and last[0] == bucket:
         a, b = last[1], last[2]
     else:
-        a = last[2] if last is not None and last[0] == bucket - 1 else noise(seed, *key, bucket)
-        b = noise(seed, *key, bucket + 1)
+        a = last[2] if last is not None and last[0] == bucket - 1 else _noise_at(seed, key, bucket)
+        b = _noise_at(seed, key, bucket + 1)
         memo[slot] = (bucket, a, b)
     return a + (b - a) * frac
 
@@ -64,12 +113,12 @@ def smooth_noise(
 def bucket_noise(seed: int, key: Tuple[object, ...], bucket: int, memo: Optional[NoiseMemo] = None) -> float:
     """`noise(seed, *key, bucket)`, through the memo when there is one."""
     if memo is None:
-        return noise(seed, *key, bucket)
+        return _noise_at(seed, key, bucket)
     slot = (seed, key)
     last = memo.get(slot)
     if last is not None and last[0] == bucket:
         return last[1]
-    value = noise(seed, *key, bucket)
+    value = _noise_at(seed, key, bucket)
     memo[slot] = (bucket, value, value)
     return value
 
@@ -136,6 +185,26 @@ class WorkloadModel:
     def activity(self, moment: Moment, params: Mapping[str, float]) -> Activity:
         raise NotImplementedError
 
+    def series(
+        self,
+        seed: int,
+        key: Tuple[object, ...],
+        times: Sequence[float],
+        running_for: Sequence[float],
+        utc_offset: float,
+        params: Mapping[str, float],
+    ) -> List[Tuple[float, float]]:
+        """(utilization_percent, memory_fraction) of `activity` at each of `times` (the
+        workload `running_for` seconds at each): the simulator's past asks for hundreds at
+        once. A model may compute them without a Moment per time (the built-in ones do, with
+        the same operations as `activity`: tests/node/test_sim_past.py compares them)."""
+        memo: NoiseMemo = {}
+        out = []
+        for t, r in zip(times, running_for):
+            a = self.activity(Moment(seed, key, t, r, utc_offset, memo), params)
+            out.append((a.utilization_percent, a.memory_fraction))
+        return out
+
 
 def _jitter(moment: Moment, name: str, period: float, amplitude: float) -> float:
     """Smooth noise centred on 0 in [-amplitude, amplitude]."""
@@ -163,6 +232,17 @@ class Idle(WorkloadModel):
 
     def activity(self, moment: Moment, params: Mapping[str, float]) -> Activity:
         return Activity(0.0, 1.0, 0.0)
+
+    def series(
+        self,
+        seed: int,
+        key: Tuple[object, ...],
+        times: Sequence[float],
+        running_for: Sequence[float],
+        utc_offset: float,
+        params: Mapping[str, float],
+    ) -> List[Tuple[float, float]]:
+        return [(0.0, 1.0)] * len(times)
 
 
 class Inference(WorkloadModel):
@@ -201,6 +281,40 @@ class Inference(WorkloadModel):
         memory = 0.96 + 0.04 * (util / 100.0)  # weights plus a KV cache that breathes a little
         return Activity(util, memory * max(_warmup(moment, 90.0), 0.3), util * 0.45)
 
+    def series(
+        self,
+        seed: int,
+        key: Tuple[object, ...],
+        times: Sequence[float],
+        running_for: Sequence[float],
+        utc_offset: float,
+        params: Mapping[str, float],
+    ) -> List[Tuple[float, float]]:
+        # `activity`, step by step, for many times (keep the two in step).
+        night = params["night_util"]
+        peak = max(params["peak_util"], night)
+        peak_hour = params["peak_hour"]
+        spread = max(params["spread_hours"], 0.25)
+        weekend_factor = params["weekend_factor"]
+        wave_hash, req_hash = _hasher(seed, (*key, "wave")), _hasher(seed, (*key, "req"))
+        exp, floor = math.exp, math.floor
+        out = []
+        for t, r in zip(times, running_for):
+            hour = ((t + utc_offset) % DAY) / HOUR
+            distance = abs(hour - peak_hour)
+            distance = min(distance, 24.0 - distance)
+            bump = exp(-0.5 * (distance / spread) ** 2)
+            if (floor((t + utc_offset) / DAY) + 3) % 7 >= 5:
+                bump *= weekend_factor
+            base = night + (peak - night) * bump
+            wave = (_smooth_at(wave_hash, t, 60.0) - 0.5) * 2.0 * 0.12 + (
+                _smooth_at(req_hash, t, 5.0) - 0.5
+            ) * 2.0 * 0.06
+            util = max(0.0, min(100.0, base * (1.0 + wave))) * max(0.0, min(1.0, r / 120.0))
+            memory = 0.96 + 0.04 * (util / 100.0)
+            out.append((util, memory * max(max(0.0, min(1.0, r / 90.0)), 0.3)))
+        return out
+
 
 class Training(WorkloadModel):
     """An offline training job: saturates its GPU for days, memory high and steady."""
@@ -229,6 +343,33 @@ class Training(WorkloadModel):
         if warm < 1.0:
             util *= warm
         return Activity(util, 0.1 + 0.9 * warm, util * 0.6)
+
+    def series(
+        self,
+        seed: int,
+        key: Tuple[object, ...],
+        times: Sequence[float],
+        running_for: Sequence[float],
+        utc_offset: float,
+        params: Mapping[str, float],
+    ) -> List[Tuple[float, float]]:
+        # `activity`, step by step, for many times (keep the two in step).
+        mean = params["util"]
+        low = min(90.0, mean)
+        every = params["checkpoint_every"]
+        checkpoint_seconds, checkpoint_util = params["checkpoint_seconds"], params["checkpoint_util"]
+        step_hash, ckpt_hash = _hasher(seed, (*key, "step")), _hasher(seed, (*key, "ckpt"))
+        out = []
+        for t, r in zip(times, running_for):
+            warm = max(0.0, min(1.0, r / 60.0))
+            util = max(low, min(100.0, mean + (_smooth_at(step_hash, t, 7.0) - 0.5) * 2.0 * 3.0))
+            if every > 0 and r >= every and r % every < checkpoint_seconds:
+                util = checkpoint_util + (_smooth_at(ckpt_hash, t, 5.0) - 0.5) * 2.0 * 5.0
+            util = max(0.0, min(100.0, util))
+            if warm < 1.0:
+                util *= warm
+            out.append((util, 0.1 + 0.9 * warm))
+        return out
 
 
 class Notebook(WorkloadModel):
@@ -264,6 +405,41 @@ class Notebook(WorkloadModel):
         util = clamp(params["burst_util"] + _jitter(moment, "burst", 3.0, 20.0), 5.0, 100.0)
         return Activity(util, 1.0, util * 0.4)
 
+    def series(
+        self,
+        seed: int,
+        key: Tuple[object, ...],
+        times: Sequence[float],
+        running_for: Sequence[float],
+        utc_offset: float,
+        params: Mapping[str, float],
+    ) -> List[Tuple[float, float]]:
+        # `activity`, step by step, for many times (keep the two in step).
+        working_hours = params["working_hours_only"] >= 0.5
+        bucket_len = max(params["bucket"], 1.0)
+        probability, burst_util = params["burst_probability"], params["burst_util"]
+        burst_hash, len_hash = _hasher(seed, (*key, "burst")), _hasher(seed, (*key, "len"))
+        jitter_hash = _hasher(seed, (*key, "burst"))
+        floor = math.floor
+        out: List[Tuple[float, float]] = []
+        for t in times:
+            if working_hours:
+                hour = ((t + utc_offset) % DAY) / HOUR
+                if not (8.0 <= hour < 20.0 and not (floor((t + utc_offset) / DAY) + 3) % 7 >= 5):
+                    out.append((0.0, 1.0))
+                    continue
+            bucket = floor(t / bucket_len)
+            if _bucket_at(burst_hash, bucket) >= probability:
+                out.append((0.0, 1.0))
+                continue
+            length = 0.3 + 0.6 * _bucket_at(len_hash, bucket)
+            if (t / bucket_len - bucket) > length:
+                out.append((0.0, 1.0))
+                continue
+            util = max(5.0, min(100.0, burst_util + (_smooth_at(jitter_hash, t, 3.0) - 0.5) * 2.0 * 20.0))
+            out.append((util, 1.0))
+        return out
+
 
 class Steady(WorkloadModel):
     """A process at a constant utilization: benchmarks, tests, and specs that want exact figures."""
@@ -283,6 +459,28 @@ class Steady(WorkloadModel):
         if params["jitter"] > 0:
             util += _jitter(moment, "steady", 5.0, params["jitter"])
         return Activity(clamp(util, 0.0, 100.0), 1.0, params["memory_util"])
+
+    def series(
+        self,
+        seed: int,
+        key: Tuple[object, ...],
+        times: Sequence[float],
+        running_for: Sequence[float],
+        utc_offset: float,
+        params: Mapping[str, float],
+    ) -> List[Tuple[float, float]]:
+        # `activity`, step by step, for many times (keep the two in step).
+        jitter = params["jitter"]
+        if jitter <= 0:
+            return [(max(0.0, min(100.0, params["util"])), 1.0)] * len(times)
+        steady_hash = _hasher(seed, (*key, "steady"))
+        return [
+            (
+                max(0.0, min(100.0, params["util"] + (_smooth_at(steady_hash, t, 5.0) - 0.5) * 2.0 * jitter)),
+                1.0,
+            )
+            for t in times
+        ]
 
 
 MODELS: Dict[str, WorkloadModel] = {
