@@ -2,8 +2,8 @@
 100-node `large` fleet is ready (its nodes' 7-day pasts not built yet, or being built), then
 again; for this tree and (optionally) another checkout measured in the same run.
 
-    .venv/bin/python bench/sim_history.py [--nodes 100] [--reps 2] [--before /path/to/checkout]
-        [--no-write]
+    .venv/bin/python bench/sim_history.py [--nodes 100 [200 ...]] [--reps 2]
+        [--before /path/to/checkout] [--no-write]
 
 Each tree runs in its own process with its `gpuops` first on PYTHONPATH (the sim fleet and the
 CLI calls are that tree's); trees take turns per repetition. The evidence each first call got
@@ -100,7 +100,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[100], help="fleet sizes, each measured")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--before", help="another checkout of gpuops to measure in the same run")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
@@ -109,7 +109,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.measure:
         sys.path.insert(0, args.tree)
-        print(json.dumps(_measure(args.nodes)))
+        print(json.dumps(_measure(args.nodes[0])))
         return
     sys.path.insert(0, str(ROOT))
     from bench.benchdoc import write_section
@@ -117,28 +117,32 @@ def main() -> None:
     trees = {"after": ROOT}
     if args.before:
         trees = {"before": Path(args.before).resolve(), "after": ROOT}
-    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
+    runs: dict[tuple[int, str], list[dict[str, Any]]] = {
+        (n, label): [] for n in args.nodes for label in trees
+    }
     load = [os.getloadavg()[0]]
-    for _ in range(args.reps):
-        for label, tree in trees.items():
-            result = _run_tree(tree, args.nodes)
-            print(json.dumps({"tree": label, **result}), flush=True)
-            runs[label].append(result)
+    for nodes in args.nodes:
+        for _ in range(args.reps):
+            for label, tree in trees.items():
+                result = _run_tree(tree, nodes)
+                print(json.dumps({"tree": label, **result}), flush=True)
+                runs[(nodes, label)].append(result)
     load.append(os.getloadavg()[0])
+    sizes = " and ".join(str(n) for n in args.nodes)
     lines = [
         "## Simulated history, first call (`bench/sim_history.py`, issue 22)",
         "",
-        f"`gpuops tenants -f fleet.yaml --window 7d --json` against a {args.nodes}-node `large` sim fleet",
+        f"`gpuops tenants -f fleet.yaml --window 7d --json` against a {sizes}-node `large` sim fleet",
         "on 127.0.0.1: *first* right after `launch` returns (the fleet ready), *later* the call after it.",
         "A new fleet per run; min/median/max over the runs; *before* and *after* in turns in the same run.",
         "",
-        "| tree | runs | first call | later call | GPUs | evidence per GPU (median) | nodes missing "
+        "| nodes | tree | runs | first call | later call | GPUs | evidence per GPU (median) | nodes missing "
         "| incomplete | exit |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, results in runs.items():
+    for (nodes, label), results in runs.items():
         lines.append(
-            f"| {label} | {len(results)} | {_spread([r['first_s'] for r in results])} s "
+            f"| {nodes} | {label} | {len(results)} | {_spread([r['first_s'] for r in results])} s "
             f"| {_spread([r['later_s'] for r in results])} s | {min(r['gpus'] for r in results)} "
             f"| {min(r['evidence_days'] for r in results):.1f} days | {max(r['missing'] for r in results)} "
             f"| {max(r['incomplete'] for r in results)} | {','.join(str(r['exit']) for r in results)} |"
