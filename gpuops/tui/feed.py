@@ -342,7 +342,7 @@ class Feed:
         self.history = TenantHistory()
         self.version = 0
         self.state: FleetState | None = None
-        self._cache = RowCache()
+        self._cache = RowCache(lazy=True)  # cells made for the lines a screen draws
         self.builds = 0
         self.warnings = AttributionWarnings()
         self.health = HealthLog()

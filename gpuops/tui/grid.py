@@ -124,7 +124,7 @@ def layout_grid(groups: tuple[Group, ...], width: int, by: str) -> GridLayout:
     per_line = max(1, (width - label) // PITCH)
     # Columns as wide as the usual node (up to 8 cells: the common 8-GPU server); wider nodes (many
     # MIG slices) take a line of their own, so that one of them does not make every column wide.
-    counts = [len(r.cells) for r in rows if len(r.cells) <= per_line and r.state == LIVE]
+    counts = [r.cell_count for r in rows if r.cell_count <= per_line and r.state == LIVE]
     usual = [c for c in counts if c <= PACKED_CELLS]
     column_w = label + max(usual or counts or [1]) * PITCH + BLOCK_GAP
     columns = max(1, (width + BLOCK_GAP) // column_w)
@@ -146,7 +146,7 @@ def layout_grid(groups: tuple[Group, ...], width: int, by: str) -> GridLayout:
             add(Line(group=group))
         packed: list[Block] = []
         for row in group.rows:
-            n = len(row.cells)
+            n = row.cell_count  # the cells themselves are made when their line is drawn
             packable = columns > 1 and row.state == LIVE and n <= per_line and label + n * PITCH <= column_w
             if packable:
                 packed.append(Block(row, 0, n, len(packed) * column_w, True, False))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gpuops.tenancy.ownership import UNOWNED
 from gpuops.views.cells import GPU, LOST, SLICE, Cell, weighted_util
@@ -41,10 +41,14 @@ def totals(rows: Sequence[NodeRow]) -> Totals:
             busy += r.busy
             idle += r.idle
             held += r.held
-            for c in r.cells:
-                if c.util is not None:
-                    util_sum += c.util * c.fraction
-                    util_weight += c.fraction
+            if r.made:  # its cells at hand
+                for c in r.cells:
+                    if c.util is not None:
+                        util_sum += c.util * c.fraction
+                        util_weight += c.fraction
+            elif r.util is not None:  # the row's mean over its cells, by their share of a GPU
+                util_sum += r.util * r.util_weight
+                util_weight += r.util_weight
         else:
             unknown += r.gpus
         used += r.memory_used
@@ -78,8 +82,15 @@ def _subset(row: NodeRow, cells: tuple[Cell, ...]) -> NodeRow:
     gpus = len({c.gpu for c in cells})
     busy = round(sum(c.fraction for c in cells if c.busy), 6)
     held = round(sum(c.fraction for c in cells if c.held), 6)
-    return replace(
-        row,
+    return NodeRow(
+        name=row.name,
+        address=row.address,
+        state=row.state,
+        reason=row.reason,
+        since=row.since,
+        last_seen=row.last_seen,
+        owner=row.owner,
+        models=row.models,
         cells=cells,
         gpus=gpus,
         busy=busy if row.has_data else 0.0,
@@ -88,6 +99,7 @@ def _subset(row: NodeRow, cells: tuple[Cell, ...]) -> NodeRow:
         memory_used=sum(c.memory_used or 0 for c in cells if c.kind != SLICE),
         memory_total=sum(c.memory_total or 0 for c in cells if c.kind in (GPU, LOST)),
         processes=sum(c.processes for c in cells),
+        search=row.search,
     )
 
 
@@ -106,7 +118,7 @@ def group_rows(
         return (Group("", totals(kept), tuple(kept)),)
     teams: dict[str, list[NodeRow]] = {}
     for row in rows:
-        owners = {c.owner for c in row.cells} or {row.owner}
+        owners = row.owners or {row.owner}  # the owners of its cells, known without making them
         if len(owners) == 1:
             teams.setdefault(next(iter(owners)) or UNOWNED, []).append(row)
             continue

@@ -5,20 +5,21 @@ CLI's tables; their sort keys and filter.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from gpuops.core.model import NotAvailable
 from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE, FleetSnapshot, NodeView
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views.cells import Cell, cells_of
-from gpuops.views.common import as_int, gpu_busy, percent_of, short_model
+from gpuops.views.common import BUSY, HELD, as_int, gpu_busy, percent_of, short_model
 from gpuops.views.filter import Filter
-from gpuops.views.gpus import node_pass
+from gpuops.views.gpus import GpuPass, node_pass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class NodeRow:
-    """One node as the fleet grid and the nodes table show it."""
+    """One node as the fleet grid and the nodes table show it. A row of the TUI's feed is a
+    `LazyNodeRow`: the same figures, its cells and filter text made on first use."""
 
     name: str
     address: str
@@ -37,6 +38,34 @@ class NodeRow:
     processes: int
     search: str = field(repr=False, default="")  # what a filter matches: name, owner, models, ...
     held: float = 0.0  # of the idle GPU-equivalents, those holding processes or memory
+    # Known without the cells (the grid's layout and totals): how many cells, whose, and the
+    # GPU-equivalents `util` is the mean of.
+    cell_count: int = field(init=False, repr=False, compare=False, default=0)
+    owners: frozenset[str | None] = field(init=False, repr=False, compare=False, default=frozenset())
+    util_weight: float = field(init=False, repr=False, compare=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        cells = self.cells
+        weight = 0.0
+        for c in cells:
+            if c.util is not None:
+                weight += c.fraction
+        object.__setattr__(self, "cell_count", len(cells))
+        object.__setattr__(self, "owners", frozenset(c.owner for c in cells))
+        object.__setattr__(self, "util_weight", weight)
+
+    @property
+    def made(self) -> bool:
+        """Whether its cells exist (a `LazyNodeRow`'s are made on first use)."""
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NodeRow):
+            return NotImplemented
+        return self is other or all(getattr(self, f) == getattr(other, f) for f in _COMPARED)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.state, self.last_seen, self.gpus))
 
     @property
     def idle(self) -> float:
@@ -54,8 +83,54 @@ class NodeRow:
         return percent_of(self.memory_used, self.memory_total)
 
 
+_COMPARED = tuple(f.name for f in fields(NodeRow) if f.compare)
+
+
+class LazyNodeRow(NodeRow):
+    """A node row whose figures were read in a light pass (`lazy_node_row`) and whose cells and
+    filter text are made on first use: the grid asks for them for the lines on screen only, a
+    filter for every row."""
+
+    def __init__(self, **values: object) -> None:  # dataclasses.replace: a full row's fields
+        super().__init__(**values)  # type: ignore[arg-type]
+
+    @property
+    def cells(self) -> tuple[Cell, ...]:
+        d = self.__dict__
+        if "cells" not in d:
+            self._make()
+        return d["cells"]  # type: ignore[no-any-return]
+
+    @cells.setter
+    def cells(self, value: tuple[Cell, ...]) -> None:
+        self.__dict__["cells"] = value
+
+    @property
+    def search(self) -> str:
+        d = self.__dict__
+        if "search" not in d:
+            self._make()
+        return d["search"]  # type: ignore[no-any-return]
+
+    @search.setter
+    def search(self, value: str) -> None:
+        self.__dict__["search"] = value
+
+    @property
+    def made(self) -> bool:
+        return "cells" in self.__dict__
+
+    def _make(self) -> None:
+        d = self.__dict__
+        d["cells"], d["search"] = d.pop("_fill")()
+
+
 def node_row(view: NodeView, ownership: Ownership) -> NodeRow:
     """The node's row, from the per-GPU pass it shares with the tenants (`views.gpus`)."""
+    return _full_row(view, node_pass(view, ownership).gpus)
+
+
+def _full_row(view: NodeView, passes: list[GpuPass]) -> NodeRow:
     name = view.name
     sampled = view.sample is not None
     cells: list[Cell] = []
@@ -65,7 +140,6 @@ def node_row(view: NodeView, ownership: Ownership) -> NodeRow:
     busy: float = 0  # in cell order from 0, as sum() adds them
     held: float = 0
     util_sum = util_weight = 0.0  # weighted_util, in cell order
-    passes = node_pass(view, ownership).gpus
     for g in passes:
         gpu = g.gpu
         own = cells_of(name, g)
@@ -115,12 +189,97 @@ def node_row(view: NodeView, ownership: Ownership) -> NodeRow:
     )
 
 
+_MODELS: dict[str, str] = {}  # short_model's answers by GPU name
+
+
+def lazy_node_row(view: NodeView, ownership: Ownership) -> NodeRow:
+    """The node's row with the same figures as `node_row`, its cells and filter text made on first
+    use (`NodeRow.cells`, `search`). The figures come from the shared pass (`views.gpus`) in the
+    order `node_row` adds them, so they are equal to the full row's; only a MIG GPU's slices are
+    made here, as cells, since its figures are theirs."""
+    name = view.name
+    sampled = view.sample is not None
+    passes = node_pass(view, ownership).gpus
+    models: dict[str, int] = {}
+    owners: set[str | None] = set()
+    processes = mem_used = mem_total = count = 0
+    busy: float = 0
+    held: float = 0
+    util_sum = util_weight = 0.0
+    for g in passes:
+        gpu = g.gpu
+        owners.add(g.owner)
+        gpu_name = gpu.info.name
+        model = _MODELS.get(gpu_name)
+        if model is None:
+            model = _MODELS[gpu_name] = short_model(gpu_name)
+        models[model] = models.get(model, 0) + 1
+        s = gpu.sample
+        if s is not None:
+            mem_used += (as_int(s.memory_used_bytes) if g.mig else g.memory_used) or 0
+        total = gpu.info.memory_total_bytes
+        mem_total += (total if type(total) is int else as_int(total)) or 0
+        processes += len(gpu.processes)
+        if g.mig:
+            own = cells_of(name, g)
+            count += len(own)
+            for c in own:
+                if c.busy:
+                    busy += c.fraction
+                if c.held:
+                    held += c.fraction
+                if c.util is not None:
+                    util_sum += c.util * c.fraction
+                    util_weight += c.fraction
+            continue
+        count += 1
+        if g.lost or s is None:
+            continue  # a LOST cell, or one without figures: not busy, not held, no utilization
+        state = g.state  # cells_of's GPU cell: busy, held, util at a fraction of 1.0
+        if state == BUSY:
+            busy += 1.0
+        elif state == HELD:
+            held += 1.0
+        if g.util is not None:
+            util_sum += g.util * 1.0
+            util_weight += 1.0
+
+    def fill() -> tuple[tuple[Cell, ...], str]:
+        full = _full_row(view, passes)
+        return full.cells, full.search
+
+    row = LazyNodeRow.__new__(LazyNodeRow)
+    row.__dict__.update(
+        name=name,
+        address=view.address,
+        state=view.state,
+        reason=view.reason,
+        since=view.since,
+        last_seen=view.last_seen,
+        owner=view.owner,
+        models=", ".join(f"{n}x {m}" for m, n in sorted(models.items())),
+        gpus=len(passes),
+        busy=round(busy, 6) if sampled else 0.0,
+        held=round(held, 6) if sampled else 0.0,
+        util=util_sum / util_weight if util_weight > 0 else None,
+        util_weight=util_weight,
+        memory_used=mem_used,
+        memory_total=mem_total,
+        processes=processes,
+        cell_count=count,
+        owners=frozenset(owners),
+        _fill=fill,
+    )
+    return row
+
+
 class RowCache:
     """Node rows by node, reused while a node's view object is unchanged (the collector makes a new
     view for every sample or state change, so identity is enough)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lazy: bool = False) -> None:
         self._rows: dict[str, tuple[NodeView, Ownership, NodeRow]] = {}
+        self._make = lazy_node_row if lazy else node_row  # lazy: cells made on first use
 
     def rows(self, snapshot: FleetSnapshot, ownership: Ownership) -> tuple[NodeRow, ...]:
         out = []
@@ -130,7 +289,7 @@ class RowCache:
             if hit is not None and hit[0] is view and hit[1] is ownership:
                 row = hit[2]
             else:
-                row = node_row(view, ownership)
+                row = self._make(view, ownership)
             fresh[view.name] = (view, ownership, row)
             out.append(row)
         self._rows = fresh
