@@ -7,11 +7,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 
-from gpuops.core.model import NotAvailable
+from gpuops.core.history import instance_fraction
+from gpuops.core.model import GpuInstance, NotAvailable
 from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE, FleetSnapshot, NodeView
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views.cells import Cell, cells_of
-from gpuops.views.common import BUSY, HELD, as_int, gpu_busy, percent_of, short_model
+from gpuops.views.common import (
+    BUSY,
+    HELD,
+    as_float,
+    as_int,
+    capacity_state,
+    gpu_busy,
+    percent_of,
+    short_model,
+)
 from gpuops.views.filter import Filter
 from gpuops.views.gpus import GpuPass, node_pass
 
@@ -192,6 +202,10 @@ def _full_row(view: NodeView, passes: list[GpuPass]) -> NodeRow:
 _MODELS: dict[str, str] = {}  # short_model's answers by GPU name
 
 
+def _start(gi: GpuInstance) -> int:
+    return gi.start
+
+
 def lazy_node_row(view: NodeView, ownership: Ownership) -> NodeRow:
     """The node's row with the same figures as `node_row`, its cells and filter text made on first
     use (`NodeRow.cells`, `search`). The figures come from the shared pass (`views.gpus`) in the
@@ -220,17 +234,36 @@ def lazy_node_row(view: NodeView, ownership: Ownership) -> NodeRow:
         total = gpu.info.memory_total_bytes
         mem_total += (total if type(total) is int else as_int(total)) or 0
         processes += len(gpu.processes)
-        if g.mig:
-            own = cells_of(name, g)
-            count += len(own)
-            for c in own:
-                if c.busy:
-                    busy += c.fraction
-                if c.held:
-                    held += c.fraction
-                if c.util is not None:
-                    util_sum += c.util * c.fraction
-                    util_weight += c.fraction
+        if g.mig:  # cells_of's slices, in its order, without making them
+            assert gpu.mig is not None
+            instances = sorted(gpu.mig.gpu_instances, key=_start)
+            if not instances:
+                count += 1  # an EMPTY_MIG cell
+                continue
+            samples = {m.gpu_instance_id: m for m in gpu.mig_samples}
+            on: dict[int | None, int] = {}
+            for p in gpu.processes:
+                on[p.gpu_instance_id] = on.get(p.gpu_instance_id, 0) + 1
+            used = 0.0
+            for gi in instances:
+                fraction = instance_fraction(gpu, gi)
+                used += fraction
+                sample = samples.get(gi.id)
+                if sample is None:
+                    util, memory = None, percent_of(None, gi.memory_total_bytes)
+                else:
+                    total_b = as_int(sample.memory_total_bytes) or gi.memory_total_bytes
+                    util = as_float(sample.sm_utilization_percent)
+                    memory = percent_of(as_int(sample.memory_used_bytes), total_b)
+                state = capacity_state(util, on.get(gi.id, 0), memory)
+                if state == BUSY:
+                    busy += fraction
+                elif state == HELD:
+                    held += fraction
+                if util is not None:
+                    util_sum += util * fraction
+                    util_weight += fraction
+            count += len(instances) + (1 if round(1.0 - used, 6) > 0.01 else 0)  # + a FREE cell
             continue
         count += 1
         if g.lost or s is None:
