@@ -1,9 +1,10 @@
 """TUI refresh: time to apply one fleet update and render it, at 100 to 10k GPUs; resident memory.
 
-    .venv/bin/python bench/tui_refresh.py [--gpus 100,1000,10000] [--updates 40] [--before DIR] [--no-write]
+    .venv/bin/python bench/tui_refresh.py [--gpus 100,1000,10000] [--updates 40] [--before REV] [--no-write]
 
 --before DIR measures a checkout of an older commit too (`git worktree add DIR COMMIT`), each size
-in turn, with its own copy of this script, and the table shows both side by side.
+in turn, with its own copy of this script, and the table shows both side by side; --before REV
+(a commit) unpacks that commit's tree into a temporary directory (`git archive`) and does the same.
 
 For each size, a fresh process builds a simulated fleet (`large` scenario, in-process
 `SimBackend`s on one clock, no SSH) and runs the real app headless (Textual's test driver, a
@@ -26,9 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -112,9 +115,12 @@ async def _measure(gpus: int, updates: int) -> dict[str, Any]:
     return result
 
 
-def _commit(tree: Path) -> str:
+def _commit(tree: Path, rev: str = "HEAD") -> str:
     done = subprocess.run(
-        ["git", "-C", str(tree), "log", "-1", "--format=%h %s"], capture_output=True, text=True, check=False
+        ["git", "-C", str(tree), "log", "-1", "--format=%h %s", rev],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     return done.stdout.strip()[:60] or str(tree)
 
@@ -126,16 +132,39 @@ def main() -> None:
     parser.add_argument("--gpus", default="100,1000,10000")
     parser.add_argument("--updates", type=int, default=40, help="updates measured per screen")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
-    parser.add_argument("--before", type=Path, help="a checkout of an older commit to measure too")
+    parser.add_argument("--before", help="a checkout (directory) or a commit of an older tree to measure too")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(asyncio.run(_measure(args.one, args.updates))))
         return
     trees = [("", Path(__file__))]
+    before_label = ""
     if args.before is not None:
-        trees.insert(0, ("before", args.before.resolve() / "bench" / "tui_refresh.py"))
+        before = Path(args.before)
+        if before.is_dir():
+            before_label = _commit(before)
+        else:  # a commit: its tree, unpacked
+            repo = Path(__file__).resolve().parent.parent
+            before = Path(tempfile.mkdtemp(prefix="tui-refresh-before-"))
+            archive = subprocess.run(
+                ["git", "-C", str(repo), "archive", args.before], capture_output=True, check=True
+            )
+            subprocess.run(["tar", "-x", "-C", str(before)], input=archive.stdout, check=True)
+            before_label = _commit(repo, args.before)
+        trees.insert(0, ("before", before.resolve() / "bench" / "tui_refresh.py"))
     results: list[tuple[str, dict[str, Any]]] = []
+    try:
+        _measure_all(args, trees, results)
+    finally:
+        if args.before is not None and not Path(args.before).is_dir():
+            shutil.rmtree(trees[0][1].parent.parent, ignore_errors=True)  # the unpacked commit
+    _write(args, before_label, results)
+
+
+def _measure_all(
+    args: argparse.Namespace, trees: list[tuple[str, Path]], results: list[tuple[str, dict[str, Any]]]
+) -> None:
     for gpus in (int(g) for g in args.gpus.split(",")):
         for label, script in trees:  # side by side, so that both see the machine as it is now
             done = subprocess.run(
@@ -147,6 +176,9 @@ def main() -> None:
             results.append(
                 (label or ("after" if args.before else ""), json.loads(done.stdout.strip().splitlines()[-1]))
             )
+
+
+def _write(args: argparse.Namespace, before_label: str, results: list[tuple[str, dict[str, Any]]]) -> None:
     lines = [
         "## TUI",
         "",
@@ -157,7 +189,7 @@ def main() -> None:
         "the screen in front takes the state and Textual draws what changed. Median (p95) per update.",
     ]
     if args.before is not None:
-        lines.append(f"*before*: `{_commit(args.before)}`, measured in the same run, size by size.")
+        lines.append(f"*before*: `{before_label}`, measured in the same run, size by size.")
     lines += [
         "",
         "| GPUs (cells, nodes) | code | screen | build | render | total median | p95 | max |",
