@@ -38,8 +38,9 @@ compat: venv
 test-deps:
 	@bash scripts/install-test-deps.sh
 
+# --durations: the CI log names the slowest tests (the whole run must stay under 30 minutes).
 pytest: venv native test-deps
-	$(BIN)/python -m pytest -q -m "not gpu"
+	$(BIN)/python -m pytest -q -m "not gpu" --durations=25
 
 test: venv native lint typecheck compat pytest
 
