@@ -52,6 +52,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpuops.agent")
 
 MAX_IN_FLIGHT = 32
+# Where a `history` reply's bucket texts go: a string no bucket, reason or name holds (JSON
+# writes its NULs as \u0000).
+_BUCKETS_MARK = "\x00gpuops-buckets\x00"
+_BUCKETS_MARK_JSON = b'"\\u0000gpuops-buckets\\u0000"'
 
 
 async def read_lines(reader: ByteReader, limit: int) -> AsyncIterator[Union[bytes, TooLarge]]:
@@ -594,7 +598,7 @@ class Agent:
         import time
 
         from gpuops.core.history import history_to_json
-        from gpuops.node.history import read_history
+        from gpuops.node.history import bucket_text, read_history
 
         resolution, since, until = proto.history_args(request.args)
         if until is None:
@@ -608,7 +612,19 @@ class Agent:
         history = await asyncio.get_event_loop().run_in_executor(
             None, lambda: read_history(directory, resolution, since, until, max_bytes=budget)
         )
-        await self._send(proto.reply(request.id, history_to_json(history)))
+        texts = [bucket_text(b) for b in history.buckets]
+        if not texts or any(t is None for t in texts):
+            await self._send(proto.reply(request.id, history_to_json(history)))
+            return
+        # The buckets as their files have them (each line parsed when read): spliced into the
+        # reply instead of encoded again, a third of a node's work for a week of hours.
+        doc = history_to_json(history)
+        doc["buckets"] = [_BUCKETS_MARK]
+        head, mark, tail = proto.reply(request.id, doc).partition(_BUCKETS_MARK_JSON)
+        if not mark:  # cannot happen (the mark is one string); never send a broken reply
+            await self._send(proto.reply(request.id, history_to_json(history)))
+            return
+        await self._send(head + ",".join(t for t in texts if t is not None).encode("utf-8") + tail)
 
     async def _op_cancel(self, request: proto.Request) -> None:
         unknown = sorted(set(request.args) - {"id"})

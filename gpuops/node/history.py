@@ -419,8 +419,15 @@ def _read_file(path: str, resolution: str) -> Tuple[List[Bucket], int]:
             raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise FileError("%s: %s" % (path, exc.strerror or exc)) from None
+    texts: Optional[List[str]] = None
     try:
-        data = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        data = _read_lines(text)
+        if data is None:
+            data = json.loads(text)
+        else:
+            texts = data["buckets"][1]
+            data["buckets"] = data["buckets"][0]
     except (UnicodeDecodeError, ValueError) as exc:
         raise FileError("%s: not JSON (%s)" % (path, str(exc)[:100])) from None
     except RecursionError:
@@ -443,6 +450,8 @@ def _read_file(path: str, resolution: str) -> Tuple[List[Bucket], int]:
             b = bucket_from_json(item, "buckets[%d]" % n, keep_json=True)
             if b.span != span:
                 raise ValueError("buckets[%d].span: %g in a %s file" % (n, b.span, resolution))
+            if texts is not None:
+                b.__dict__[_TEXT] = texts[n]
             out.append(b)
     except ValueError as exc:
         raise FileError("%s: %s" % (path, exc)) from None
@@ -450,9 +459,55 @@ def _read_file(path: str, resolution: str) -> Tuple[List[Bucket], int]:
     return out, len(raw)
 
 
+_TEXT = "_text"  # instance dictionary key of a bucket's line in its file (not a field)
+_BUCKETS_OPEN = ',"buckets":['
+
+
 def _file_text(resolution: str, written: float, texts: Iterable[str]) -> str:
+    """A history file: one JSON document, its buckets one per line (a reader that slices the
+    lines gives each bucket's text back without encoding it again; any JSON reader reads it)."""
     head = _dumps({"format": FORMAT, "version": FILE_VERSION, "resolution": resolution, "written": written})
-    return head[:-1] + ',"buckets":[' + ",".join(texts) + "]}\n"
+    body = ",\n".join(texts)
+    return head[:-1] + _BUCKETS_OPEN + "\n" + body + ("\n" if body else "") + "]}\n"
+
+
+def _bucket_lines(text: str) -> Optional[List[str]]:
+    """[head, bucket text, ...] of a file _file_text wrote; None for any other layout (files of
+    earlier agents: one line), which is then read as a whole."""
+    if not text.endswith("\n]}\n"):
+        return None
+    lines = text[:-4].split("\n")
+    if len(lines) < 1 or not lines[0].endswith(_BUCKETS_OPEN[1:]):
+        return None
+    body = lines[1:]
+    for i in range(len(body) - 1):
+        if not body[i].endswith(","):
+            return None
+        body[i] = body[i][:-1]
+    return [lines[0], *body]
+
+
+def _read_lines(text: str) -> Optional[Dict[str, Any]]:
+    """A file in the line layout, its "buckets" as (decoded, texts), each line parsed alone: each
+    is then known to be one whole bucket, and the node can answer `history` with the lines as
+    they are. None when the text is not in that layout (it is then read as a whole)."""
+    lines = _bucket_lines(text)
+    if lines is None:
+        return None
+    try:
+        data = json.loads(lines[0] + "]}")
+        if not isinstance(data, dict):
+            return None
+        data["buckets"] = ([json.loads(t) for t in lines[1:]], lines[1:])
+    except (ValueError, RecursionError):
+        return None
+    return data
+
+
+def bucket_text(bucket: Bucket) -> Optional[str]:
+    """The bucket's JSON as its file has it, when read from a file in the line layout."""
+    text = bucket.__dict__.get(_TEXT)
+    return text if isinstance(text, str) else None
 
 
 class _Stored:
@@ -904,7 +959,7 @@ def read_history(
         budget = max_bytes
         kept_from = len(found)
         for i in range(len(found) - 1, -1, -1):
-            budget -= len(_dumps(bucket_to_json(found[i]))) + 1
+            budget -= len((bucket_text(found[i]) or _dumps(bucket_to_json(found[i]))).encode("utf-8")) + 1
             if budget < 0:
                 break
             kept_from = i

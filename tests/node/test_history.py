@@ -33,6 +33,7 @@ from gpuops.node.agent import Agent
 from gpuops.node.history import (
     MINUTES_FILE,
     Recorder,
+    bucket_text,
     day_of,
     hours_file,
     read_file,
@@ -536,3 +537,76 @@ def test_the_reply_is_the_files_json_and_decodes_to_the_same_history(tmp_path: P
     line = proto.reply(1, history_to_json(h))
     decoded = history_from_json(proto.parse_message(line, json.loads).result)
     assert decoded == h and decoded.buckets[3].gpus[0].users[1].user == "bob"
+
+
+def _serve_history(state: Path, since: float, until: float) -> bytes:
+    async def run() -> bytes:
+        agent = Agent(None, "sim", "no backend", state_dir=str(state))
+        reader = asyncio.StreamReader()
+        reader.feed_data(proto.request(1, "history", {"resolution": "hour", "since": since, "until": until}))
+        reader.feed_eof()
+        out: list[bytes] = []
+
+        class Writer:
+            def write(self, data: bytes) -> None:
+                out.append(data)
+
+            async def drain(self) -> None:
+                return None
+
+        await agent.serve(reader, Writer())
+        return b"".join(out)
+
+    return asyncio.run(run())
+
+
+def test_the_agent_answers_history_with_the_files_bucket_lines(tmp_path: Path) -> None:
+    """Hour files hold one bucket per line; the agent splices those lines into its reply instead
+    of encoding the buckets again (issue 22), and the reply decodes to what read_history reads."""
+    from gpuops.core.history import history_to_json
+
+    directory = tmp_path / "state" / "history"
+    rec = Recorder(str(directory), interval=600, clock=Clock(T0))
+    for i in range(6 * 24 + 1):
+        rec.add(_two_users(T0 - 86400 + 600 * i))
+    rec.close()
+    path = directory / hours_file(day_of(T0 - 1))
+    lines = path.read_text().split("\n")
+    assert lines[0].endswith('"buckets":[') and lines[-2:] == ["]}", ""] and len(lines) == 24 + 3
+    expected = read_history(str(directory), "hour", T0 - 86400, T0 + HOUR, now=T0)
+    line = _serve_history(tmp_path / "state", T0 - 86400, T0 + HOUR)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    for bucket_line in lines[1:-2]:
+        assert bucket_line.rstrip(",").encode() in line  # as the file has it
+    reply = proto.parse_message(line, json.loads)
+    got = history_from_json(reply.result)
+    assert got.buckets == expected.buckets and got.since == expected.since and got.until == expected.until
+    spliced = json.loads(line)["result"]
+    encoded = json.loads(proto.reply(1, history_to_json(expected)))["result"]
+    spliced.pop("recording"), encoded.pop("recording")  # the agent's clock against the test's
+    assert spliced == encoded
+    # A file of an earlier agent (one line) is read and answered as before.
+    path.write_text(json.dumps(json.loads(path.read_text()), separators=(",", ":")) + "\n")
+    again = history_from_json(
+        proto.parse_message(_serve_history(tmp_path / "state", T0 - 86400, T0 + HOUR), json.loads).result
+    )
+    assert again.buckets == expected.buckets
+
+
+def test_a_bucket_line_that_is_not_one_bucket_is_a_bad_file(tmp_path: Path) -> None:
+    rec = Recorder(str(tmp_path), interval=600, clock=Clock(T0))
+    for i in range(6 * 3):
+        rec.add(_two_users(T0 - 3 * HOUR + 600 * i))
+    rec.close()
+    path = tmp_path / hours_file(day_of(T0 - 1))
+    before = read_file(str(path), "hour")
+    lines = path.read_text().split("\n")
+    # A bucket cut in two after a comma, each part ending its line with one: every line ends as
+    # the layout's do and the file is still JSON as a whole, but a line is not one bucket. It is
+    # read as a whole, and no line is kept to be sliced into a reply.
+    cut = lines[2].index(",") + 1
+    odd = [lines[0], lines[1], lines[2][:cut], lines[2][cut:], *lines[3:]]
+    path.write_text("\n".join(odd))
+    after = read_file(str(path), "hour")
+    assert after == before and all(bucket_text(b) is None for b in after)
+    assert all(bucket_text(b) is not None for b in before)
