@@ -18,6 +18,7 @@ def test_unreadable_files_are_reported_with_the_time_they_held(tmp_path: Path) -
     history.mkdir()
     now = time.time()
     yesterday = day_of(now - DAY)
+    today = day_start(day_of(now))
     (history / hours_file(yesterday)).write_text('{"format": "gpuops-history", "version": 1')
     (history / "minutes.json").write_text("garbage")
     Recorder(str(history)).close()  # finds minutes.json unreadable: moves it aside, starts afresh
@@ -27,7 +28,9 @@ def test_unreadable_files_are_reported_with_the_time_they_held(tmp_path: Path) -
     requests = [
         proto.request(1, "history", {"resolution": "hour", "since": now - 2 * DAY, "until": now}),
         proto.request(2, "history", {"resolution": "minute", "since": now - 3600, "until": now + 60}),
-        proto.request(3, "history", {"resolution": "hour", "since": now - 600, "until": now}),
+        # The last ten minutes, but never before today's start: a run in the first minutes after
+        # midnight would otherwise ask for a piece of yesterday, whose file is the corrupt one.
+        proto.request(3, "history", {"resolution": "hour", "since": max(now - 600, today), "until": now}),
     ]
     out, err = agent.communicate(b"".join(requests), timeout=60)
     replies = {m["id"]: m for m in map(json.loads, out.decode().splitlines())}
