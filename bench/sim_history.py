@@ -1,6 +1,7 @@
 """The simulated fleet's history as a user meets it: `gpuops tenants --window 7d` right after a
 100-node `large` fleet is ready (its nodes' 7-day pasts not built yet, or being built), then
-again; for this tree and (optionally) another checkout measured in the same run.
+again; and on a second fleet once its pasts are built (the history on the nodes, as a real
+fleet has it); for this tree and (optionally) another checkout measured in the same run.
 
     .venv/bin/python bench/sim_history.py [--nodes 100 [200 ...]] [--reps 2]
         [--before /path/to/checkout] [--no-write]
@@ -45,34 +46,58 @@ def _timed(*args: str) -> tuple[float, dict[str, Any]]:
     return took, doc
 
 
+PASTS_LINE = "simulated pasts of"  # the fleet's log line once every node's past is built
+PASTS_WAIT = 90.0
+
+
+def _wait_for_pasts(log: Path) -> float | None:
+    """Seconds until the fleet logged that its pasts are built; None if it did not (a fleet
+    that builds each past on demand, or one slower than PASTS_WAIT)."""
+    began = time.perf_counter()
+    while time.perf_counter() - began < PASTS_WAIT:
+        if log.exists() and PASTS_LINE in log.read_text(errors="replace"):
+            return time.perf_counter() - began
+        time.sleep(0.1)
+    return None
+
+
 def _measure(nodes: int) -> dict[str, Any]:
-    """In the measured tree's process: start the fleet, call tenants twice, stop it."""
+    """In the measured tree's process: start a fleet, call tenants twice right away, stop it;
+    then start another, wait until its simulated pasts are built, call twice again."""
     import gpuops
     from gpuops.fleet.simfleet import launch, stop
 
-    with tempfile.TemporaryDirectory(prefix="gpuops-bench-") as tmp:
-        directory = Path(tmp) / "sim"
-        launched = launch(directory, scenario="large", nodes=nodes, timeout=120)
-        try:
-            args = ("tenants", "-f", str(directory / "fleet.yaml"), "--window", "7d", "--json")
-            first, doc = _timed(*args)
-            later, _ = _timed(*args)
-        finally:
-            stop(directory)
-    gpus = doc.get("gpus", [])
-    seconds = [g.get("observed_seconds", 0) for g in gpus]
-    return {
-        "nodes": nodes,
-        "ready_s": launched.seconds,
-        "first_s": first,
-        "later_s": later,
-        "gpus": len(gpus),
-        "evidence_days": statistics.median(seconds) / DAY if seconds else 0.0,
-        "missing": len(doc.get("missing", {})),
-        "incomplete": len(doc.get("incomplete", {}) or ()),
-        "exit": doc["exit"],
-        "gpuops": str(Path(gpuops.__file__).resolve().parent.parent),
-    }
+    result: dict[str, Any] = {"nodes": nodes, "gpuops": str(Path(gpuops.__file__).resolve().parent.parent)}
+    for mode in ("cold", "history"):
+        with tempfile.TemporaryDirectory(prefix="gpuops-bench-") as tmp:
+            directory = Path(tmp) / "sim"
+            launched = launch(directory, scenario="large", nodes=nodes, timeout=120)
+            try:
+                pasts = _wait_for_pasts(directory / "simfleet.log") if mode == "history" else None
+                if mode == "history" and pasts is None:
+                    result["pasts_s"] = None
+                    continue
+                args = ("tenants", "-f", str(directory / "fleet.yaml"), "--window", "7d", "--json")
+                first, doc = _timed(*args)
+                later, _ = _timed(*args)
+            finally:
+                stop(directory)
+        gpus = doc.get("gpus", [])
+        seconds = [g.get("observed_seconds", 0) for g in gpus]
+        if mode == "cold":
+            result.update(
+                ready_s=launched.seconds,
+                first_s=first,
+                later_s=later,
+                gpus=len(gpus),
+                evidence_days=statistics.median(seconds) / DAY if seconds else 0.0,
+                missing=len(doc.get("missing", {})),
+                incomplete=len(doc.get("incomplete", {}) or ()),
+                exit=doc["exit"],
+            )
+        else:
+            result.update(pasts_s=pasts, history_first_s=first, history_later_s=later, history_gpus=len(gpus))
+    return result
 
 
 def _run_tree(tree: Path, nodes: int) -> dict[str, Any]:
@@ -130,20 +155,32 @@ def main() -> None:
     load.append(os.getloadavg()[0])
     sizes = " and ".join(str(n) for n in args.nodes)
     lines = [
-        "## Simulated history, first call (`bench/sim_history.py`, issue 22)",
+        "## Simulated history, first call (`bench/sim_history.py`, issues 22 and 18)",
         "",
         f"`gpuops tenants -f fleet.yaml --window 7d --json` against a {sizes}-node `large` sim fleet",
-        "on 127.0.0.1: *first* right after `launch` returns (the fleet ready), *later* the call after it.",
-        "A new fleet per run; min/median/max over the runs; *before* and *after* in turns in the same run.",
+        "on 127.0.0.1, two fleets per run. *Right after up*: the first call as soon as `launch`",
+        "returns (the ports listen; the simulated 7-day pasts not built yet, or being built), and the",
+        "call after it. *History on the nodes*: a second fleet, left until it has logged that every",
+        "node's past is built (*pasts built*, seconds after `launch` returned; `-` where that tree",
+        "builds pasts only when asked), then the first call (no node's files read yet: the cold read",
+        "a real fleet, whose nodes have their days on disk, gives) and the one after it.",
+        "min/median/max over the runs; *before* and *after* in turns in the same run.",
         "",
-        "| nodes | tree | runs | first call | later call | GPUs | evidence per GPU (median) | nodes missing "
-        "| incomplete | exit |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| nodes | tree | runs | right after up: first | later | pasts built | history on the nodes: first "
+        "| later | GPUs | evidence per GPU (median) | nodes missing | incomplete | exit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def spread(results: list[dict[str, Any]], key: str) -> str:
+        values = [r[key] for r in results if r.get(key) is not None]
+        return f"{_spread(values)} s" if values else "-"
+
     for (nodes, label), results in runs.items():
         lines.append(
-            f"| {nodes} | {label} | {len(results)} | {_spread([r['first_s'] for r in results])} s "
-            f"| {_spread([r['later_s'] for r in results])} s | {min(r['gpus'] for r in results)} "
+            f"| {nodes} | {label} | {len(results)} | {spread(results, 'first_s')} "
+            f"| {spread(results, 'later_s')} | {spread(results, 'pasts_s')} "
+            f"| {spread(results, 'history_first_s')} | {spread(results, 'history_later_s')} "
+            f"| {min(r['gpus'] for r in results)} "
             f"| {min(r['evidence_days'] for r in results):.1f} days | {max(r['missing'] for r in results)} "
             f"| {max(r['incomplete'] for r in results)} | {','.join(str(r['exit']) for r in results)} |"
         )

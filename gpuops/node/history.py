@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import gc
 import json
 import logging
 import math
@@ -88,6 +90,7 @@ def day_of(t: float) -> str:
     return time.strftime("%Y%m%d", time.gmtime(t))
 
 
+@functools.lru_cache(maxsize=1024)  # a reply names each day file's day once per bucket
 def day_start(day: str) -> float:
     """Seconds since 1970 at 00:00 UTC of a YYYYMMDD day."""
     import calendar
@@ -97,6 +100,23 @@ def day_start(day: str) -> float:
 
 def _dumps(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), allow_nan=False)
+
+
+_fast_loads: Callable[[str], Any]
+try:  # the operator's parser; a node without it reads with the standard library's
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - nodes may not have it
+    _fast_loads = json.loads
+
+
+def _loads_line(text: str) -> Any:
+    """One bucket's line: orjson when the node has it (reading the files is most of what
+    answering `history` costs), the standard library for anything orjson refuses that it takes
+    (a lone surrogate in an escape), so both read the same files."""
+    try:
+        return _fast_loads(text)
+    except ValueError:
+        return json.loads(text)
 
 
 # ---- accumulation ------------------------------------------------------------------------------
@@ -498,7 +518,7 @@ def _read_lines(text: str) -> Optional[Dict[str, Any]]:
         data = json.loads(lines[0] + "]}")
         if not isinstance(data, dict):
             return None
-        data["buckets"] = ([json.loads(t) for t in lines[1:]], lines[1:])
+        data["buckets"] = ([_loads_line(t) for t in lines[1:]], lines[1:])
     except (ValueError, RecursionError):
         return None
     return data
@@ -895,6 +915,22 @@ def read_history(
 
     Bad files are logged and skipped. At most `max_bytes` of bucket JSON: beyond that the oldest
     buckets are left out and `since` is moved up to the oldest bucket returned."""
+    # A week of a node's files parses into hundreds of thousands of containers, held until the
+    # reply is sent; each time enough have survived the cyclic collector walks the whole heap
+    # again (three quarters of the reading time in a 200-node simulator). JSON trees have no
+    # cycles: the collector is off while reading, as it was afterwards.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_history(directory, resolution, since, until, now, max_bytes)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _read_history(
+    directory: str, resolution: str, since: float, until: float, now: Optional[float], max_bytes: int
+) -> History:
     if not isinstance(resolution, str) or resolution not in RESOLUTIONS:
         raise ValueError("resolution must be 'minute' or 'hour'")
     now = time.time() if now is None else now

@@ -610,3 +610,20 @@ def test_a_bucket_line_that_is_not_one_bucket_is_a_bad_file(tmp_path: Path) -> N
     after = read_file(str(path), "hour")
     assert after == before and all(bucket_text(b) is None for b in after)
     assert all(bucket_text(b) is not None for b in before)
+
+
+def test_a_name_orjson_refuses_is_read_as_the_standard_library_reads_it(tmp_path: Path) -> None:
+    """The node parses its bucket lines with orjson when it has it; a user name that is not valid
+    UTF-8 (kept by Python as a lone surrogate, written escaped) is refused by orjson and read by
+    the standard library, so the file is read the same with or without orjson, lines kept."""
+    odd = "build\udcff"  # a name byte Python could not decode (surrogateescape)
+    procs = (GpuProcess(11, 30 * GIB, user=odd, groups=("vision",)),)
+    rec = Recorder(str(tmp_path), interval=600, clock=Clock(T0))
+    for i in range(6 * 2):
+        rec.add(NodeSample("n1", T0 - 2 * HOUR + 600 * i, (_gpu(T0, 80.0, 30 * GIB, procs),)))
+    rec.close()
+    path = tmp_path / hours_file(day_of(T0 - 1))
+    assert "\\udcff" in path.read_text()
+    buckets = read_file(str(path), "hour")
+    assert buckets and {u.user for b in buckets for g in b.gpus for u in g.users} == {odd}
+    assert all(bucket_text(b) is not None for b in buckets)  # each line still sliced as it is

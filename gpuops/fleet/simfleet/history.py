@@ -21,6 +21,9 @@ of the sim fleet, and their past, so a fresh fleet already has days of evidence.
   time as there are workers, so a node asked for later waits behind at most that many;
   bigger ones get a node's past when its history is first asked for, so
   `sim up --scenario large --nodes 1000` does not spend both cores on pasts nobody asked for.
+  256 covers the 200-node fleet of issue 18: its pasts are built within seconds of `sim up`
+  (docs/benchmarks.md, "Simulated history"), which a fleet built on demand spread over every
+  node's first call.
   Without worker processes (`workers=0`, or when they cannot start) the evaluation runs in a
   thread of the fleet process, which the interpreter interleaves with the event loop.
 
@@ -58,7 +61,7 @@ HISTORY_DIR = "history"  # under each node's state directory, as the agent's def
 BACKFILL_DAYS = 7.0
 BACKFILL_STEP = 300.0  # seconds between the past samples of the last day
 BACKFILL_COARSE_STEP = 900.0  # ... and of the days before
-BACKGROUND_NODES = 128  # fleets up to this size get their past from the start
+BACKGROUND_NODES = 256  # fleets up to this size get their past from the start
 MAX_WORKERS = 2  # worker processes evaluating pasts (at most one per core)
 _OUR_FILES = ("minutes.json",)
 
