@@ -21,16 +21,17 @@ NODE = "sim-robotics-01"
 
 @pytest.fixture(scope="module")
 def holed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
-    """The fleet with 5 whole days of robotics' hourly history (inside a 7-day window, today
-    left alone: its recorder rewrites it) turned to garbage, after the node recorded them."""
+    """The fleet with 5 whole days of robotics' hourly history (inside a 7-day window; today left
+    alone, its recorder rewrites it, and yesterday, which a 12-hour window reaches in the first
+    half of a UTC day) turned to garbage, after the node recorded them."""
     directory = tmp_path_factory.mktemp("holes") / "fleet"
     started = launch(directory, "silos", timeout=60)
     try:
         first = gpuops("tenants", "-f", str(directory / "fleet.yaml"), "--window", "7d", "--json")
         assert first.returncode == 0, first.stderr  # every node's past recorded and complete
         days = sorted((directory / "state" / NODE / "history").glob("hours-*.json"))
-        assert len(days) >= 7
-        for day in days[-6:-1]:
+        assert len(days) >= 8  # 7 days back from a time of day: the oldest day is partly there
+        for day in days[-7:-2]:
             day.write_text("{garbage")
         yield started
     finally:
