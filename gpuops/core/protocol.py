@@ -33,16 +33,20 @@ The ops (`OPS`), each with its arguments' checker below:
 - `config`: the node's MPS daemons and limiter table, for `gpuops plan`;
 - `mig_apply`, `mps_apply`, `limiter_apply`, `partition_apply`: the changes of `gpuops apply`
   (`mig_apply_args`, `mps_apply_args`, `limiter_apply_args`, `partition_apply_args`);
-- `history` (resolution "hour" or "minute", since, until: `history_args`): the usage buckets the
-  node's recorder kept (docs/history.md), for `gpuops tenants`, `rebalance` and the TUI's Pool
-  screen.
+- `history` (resolution "hour" or "minute", since, until, compress: `history_args`): the usage
+  buckets the node's recorder kept (docs/history.md), for `gpuops tenants`, `rebalance` and the
+  TUI's Pool screen; with `compress: "zlib"` (agents whose hello lists `history-zlib`) the result
+  is `{"zlib": BASE64}`, the same result's JSON deflated (`inflate_history`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -684,11 +688,17 @@ HISTORY_DEFAULT_SPAN = {"hour": 7 * 86400.0, "minute": 7200.0}  # seconds before
 _MAX_TIME = 1e11  # seconds since 1970: year 5138
 
 
+HISTORY_ZLIB = "history-zlib"  # the hello capability of agents that deflate history replies
+
+
 def history_args(args: Dict[str, Any]) -> Tuple[str, Optional[float], Optional[float]]:
     """Validate a history request: resolution ("hour" or "minute", default hour), since and
     until (seconds since 1970; None: the agent's defaults, until = now and since = until - 7
-    days for hours, 2 hours for minutes)."""
-    _unknown("", args, ("resolution", "since", "until"))
+    days for hours, 2 hours for minutes), and compress (absent, null or "zlib": the agent reads
+    it from the args once they are valid)."""
+    _unknown("", args, ("resolution", "since", "until", "compress"))
+    if args.get("compress") not in (None, "zlib"):
+        raise ValueError("'compress' must be 'zlib' or null")
     resolution = args.get("resolution", "hour")
     if not isinstance(resolution, str) or resolution not in HISTORY_DEFAULT_SPAN:
         raise ValueError("'resolution' must be 'hour' or 'minute'")
@@ -707,6 +717,37 @@ def history_args(args: Dict[str, Any]) -> Tuple[str, Optional[float], Optional[f
     if since is not None and until is not None and since > until:
         raise ValueError("'since' must not be after 'until'")
     return str(resolution), since, until
+
+
+def deflate_history(result_json: str) -> Dict[str, str]:
+    """A history result's JSON as a `compress: "zlib"` reply carries it. Level 1: a week of a
+    node's hours shrinks about 18 times either way, and the node spends the least on it."""
+    return {"zlib": base64.b64encode(zlib.compress(result_json.encode("utf-8"), 1)).decode("ascii")}
+
+
+def inflate_history(result: Any, limit: int = MAX_REPLY_BYTES) -> bytes:
+    """The JSON of a deflated history result (`{"zlib": BASE64}`), at most `limit` bytes once
+    inflated; ValueError("what is wrong") for anything else, so a bad or hostile reply is one
+    line, and never more memory than an uncompressed reply may take."""
+    if not isinstance(result, dict) or set(result) != {"zlib"} or not isinstance(result["zlib"], str):
+        raise ValueError('expected {"zlib": BASE64} for a compressed history')
+    try:
+        packed = base64.b64decode(result["zlib"].encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise ValueError("zlib: not base64") from None
+    inflater = zlib.decompressobj()
+    try:
+        text = inflater.decompress(packed, limit)
+        if inflater.unconsumed_tail:
+            raise ValueError("zlib: more than %d bytes once inflated" % limit)
+        text += inflater.flush()
+        if len(text) > limit:
+            raise ValueError("zlib: more than %d bytes once inflated" % limit)
+    except zlib.error as exc:
+        raise ValueError("zlib: %s" % exc) from None
+    if not inflater.eof or inflater.unused_data:
+        raise ValueError("zlib: the stream is cut short or followed by other data")
+    return text
 
 
 def hello_versions(args: Dict[str, Any]) -> int:

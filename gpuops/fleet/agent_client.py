@@ -334,8 +334,17 @@ class AgentClient:
             args["since"] = since
         if until is not None:
             args["until"] = until
+        compressed = self.hello is not None and proto.HISTORY_ZLIB in self.hello.capabilities
+        if compressed:
+            args["compress"] = "zlib"
         result = await self.request("history", args)
         try:
+            if compressed:
+                text = proto.inflate_history(result)
+                try:
+                    result = (_loads_printable if may_need_escaping(text) else _loads)(text)
+                except ValueError as exc:
+                    raise ValueError(f"zlib: not JSON once inflated ({str(exc)[:100]})") from None
             return history_from_json(result)
         except ValueError as exc:
             raise AgentError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import os
 import platform
@@ -52,10 +53,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpuops.agent")
 
 MAX_IN_FLIGHT = 32
-# Where a `history` reply's bucket texts go: a string no bucket, reason or name holds (JSON
-# writes its NULs as \u0000).
+# Where a `history` result's bucket texts go, and the result in its reply: a string no bucket,
+# reason or name holds (JSON writes its NULs as \u0000).
 _BUCKETS_MARK = "\x00gpuops-buckets\x00"
-_BUCKETS_MARK_JSON = b'"\\u0000gpuops-buckets\\u0000"'
+_BUCKETS_MARK_JSON = '"\\u0000gpuops-buckets\\u0000"'
 
 
 async def read_lines(reader: ByteReader, limit: int) -> AsyncIterator[Union[bytes, TooLarge]]:
@@ -219,6 +220,7 @@ class Agent:
         capabilities = list(self.backend.capabilities()) if self.backend else []
         if self.backend is not None:
             capabilities += ["watch", "delta", "rows", "align", "extras"]
+        capabilities.append(proto.HISTORY_ZLIB)  # history is read from files, backend or not
         await self._send(
             proto.reply(
                 request.id,
@@ -597,7 +599,6 @@ class Agent:
         """Minute or hour buckets recorded on this node (node/history.py), bounded in size."""
         import time
 
-        from gpuops.core.history import history_to_json
         from gpuops.node.history import bucket_text, read_history
 
         resolution, since, until = proto.history_args(request.args)
@@ -612,19 +613,14 @@ class Agent:
         history = await asyncio.get_event_loop().run_in_executor(
             None, lambda: read_history(directory, resolution, since, until, max_bytes=budget)
         )
-        texts = [bucket_text(b) for b in history.buckets]
-        if not texts or any(t is None for t in texts):
-            await self._send(proto.reply(request.id, history_to_json(history)))
+        result = _history_json(history, [bucket_text(b) for b in history.buckets])
+        if request.args.get("compress") == "zlib":
+            # A week of hours deflates about 18 times: what crosses the network, and what both
+            # ends' SSH encrypts and frames, for a millisecond of the node's time.
+            await self._send(proto.reply(request.id, proto.deflate_history(result)))
             return
-        # The buckets as their files have them (each line parsed when read): spliced into the
-        # reply instead of encoded again, a third of a node's work for a week of hours.
-        doc = history_to_json(history)
-        doc["buckets"] = [_BUCKETS_MARK]
-        head, mark, tail = proto.reply(request.id, doc).partition(_BUCKETS_MARK_JSON)
-        if not mark:  # cannot happen (the mark is one string); never send a broken reply
-            await self._send(proto.reply(request.id, history_to_json(history)))
-            return
-        await self._send(head + ",".join(t for t in texts if t is not None).encode("utf-8") + tail)
+        head, _, tail = proto.reply(request.id, _BUCKETS_MARK).rpartition(_BUCKETS_MARK_JSON.encode("ascii"))
+        await self._send(head + result.encode("utf-8") + tail)
 
     async def _op_cancel(self, request: proto.Request) -> None:
         unknown = sorted(set(request.args) - {"id"})
@@ -636,6 +632,25 @@ class Agent:
             raise ValueError("no running watch with id %r" % (target,))
         task.cancel()
         await self._send(proto.reply(request.id, {"cancelled": target}))
+
+
+def _history_json(history: Any, texts: List[Optional[str]]) -> str:
+    """The `history` result's JSON. The buckets as their files have them (each line parsed when
+    read) are spliced in instead of encoded again: a third of a node's work for a week of hours."""
+    from gpuops.core.history import history_to_json
+
+    doc = history_to_json(history)
+    if not texts or any(t is None for t in texts):
+        return _compact(doc)
+    doc["buckets"] = [_BUCKETS_MARK]
+    head, mark, tail = _compact(doc).partition(_BUCKETS_MARK_JSON)
+    if not mark:  # cannot happen (the mark is one string); never send a broken reply
+        return _compact(history_to_json(history))
+    return head + ",".join(t for t in texts if t is not None) + tail
+
+
+def _compact(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), allow_nan=False)
 
 
 def _tenant_json(spec: Any) -> Dict[str, Any]:

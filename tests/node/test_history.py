@@ -627,3 +627,52 @@ def test_a_name_orjson_refuses_is_read_as_the_standard_library_reads_it(tmp_path
     buckets = read_file(str(path), "hour")
     assert buckets and {u.user for b in buckets for g in b.gpus for u in g.users} == {odd}
     assert all(bucket_text(b) is not None for b in buckets)  # each line still sliced as it is
+
+
+def test_the_operator_asks_for_deflated_history_and_reads_the_same_buckets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent lists `history-zlib` in its hello; the operator's client then asks for the reply
+    deflated (issue 22: a week of a node's hours, ~18 times smaller) and decodes the same history
+    as the uncompressed reply gives; an agent asked without `compress` answers as before."""
+    import socket
+
+    from gpuops.fleet.agent_client import AgentClient
+
+    directory = tmp_path / "state" / "history"
+    rec = Recorder(str(directory), interval=600, clock=Clock(T0))
+    for i in range(6 * 24 + 1):
+        rec.add(_two_users(T0 - 86400 + 600 * i))
+    rec.close()
+    expected = read_history(str(directory), "hour", T0 - 86400, T0 + HOUR, now=T0)
+    deflated: list[int] = []
+    real = proto.deflate_history
+
+    def counting(text: str) -> dict[str, str]:
+        out = real(text)
+        deflated.append(len(out["zlib"]) * 100 // len(text))
+        return out
+
+    monkeypatch.setattr(proto, "deflate_history", counting)
+
+    async def run() -> None:
+        left, right = socket.socketpair()
+        agent = Agent(None, "sim", "no backend", state_dir=str(tmp_path / "state"))
+        a_reader, a_writer = await asyncio.open_unix_connection(sock=left)
+        serving = asyncio.create_task(agent.serve(a_reader, a_writer))
+        c_reader, c_writer = await asyncio.open_unix_connection(sock=right)
+        client = AgentClient(c_reader, c_writer, "n1")
+        hello = await client.start()
+        assert proto.HISTORY_ZLIB in hello.capabilities
+        got = await client.history("hour", T0 - 86400, T0 + HOUR)
+        assert got.buckets == expected.buckets and got.since == expected.since
+        await client.close()
+        await asyncio.wait_for(serving, 10)
+        a_writer.close()
+
+    asyncio.run(run())
+    assert len(deflated) == 1 and deflated[0] < 30  # base64 of the deflated text, in percent
+    plain = history_from_json(
+        proto.parse_message(_serve_history(tmp_path / "state", T0 - 86400, T0 + HOUR), json.loads).result
+    )
+    assert plain.buckets == expected.buckets and len(deflated) == 1

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
+import zlib
 
 import pytest
 from hypothesis import given
@@ -126,3 +128,47 @@ def test_every_op_is_documented() -> None:
     for op in proto.OPS:
         assert f"`{op}`" in doc, op
         assert f"`{op}`" in agent_section, op
+
+
+def test_history_args_take_compress_zlib_or_nothing() -> None:
+    assert proto.history_args({"compress": "zlib"}) == ("hour", None, None)
+    assert proto.history_args({"compress": None, "resolution": "minute"}) == ("minute", None, None)
+    with pytest.raises(ValueError, match="'compress' must be 'zlib' or null"):
+        proto.history_args({"compress": "gzip"})
+
+
+def test_inflate_history_gives_back_the_json_and_refuses_what_is_not_a_deflated_history() -> None:
+    text = json.dumps({"resolution": "hour", "buckets": ["x" * 1000]})
+    assert proto.inflate_history(proto.deflate_history(text)) == text.encode()
+    packed = proto.deflate_history(text)["zlib"]
+    raw = base64.b64decode(packed)
+    cases: list[tuple[object, str]] = [
+        ({"resolution": "hour"}, "expected"),  # an uncompressed result where a deflated one was asked
+        ({"zlib": packed, "extra": 1}, "expected"),
+        ({"zlib": 7}, "expected"),
+        ({"zlib": "not base64!"}, "not base64"),
+        ({"zlib": "é"}, "not base64"),
+        ({"zlib": base64.b64encode(b"plain text").decode()}, "zlib: Error"),
+        ({"zlib": base64.b64encode(raw[:-6]).decode()}, "cut short"),
+        ({"zlib": base64.b64encode(raw + b"tail").decode()}, "followed by other data"),
+    ]
+    for result, says in cases:
+        with pytest.raises(ValueError, match=says):
+            proto.inflate_history(result)
+    # A bomb: 64 MiB of zeros deflate to 64 KiB; never inflated past the limit.
+    bomb = {"zlib": base64.b64encode(zlib.compress(b"0" * (64 << 20), 9)).decode()}
+    with pytest.raises(ValueError, match="more than 1048576 bytes once inflated"):
+        proto.inflate_history(bomb, limit=1 << 20)
+
+
+_CUT_STREAMS = st.builds(lambda b: zlib.compress(b)[: len(b) // 2 + 3], st.binary())
+
+
+@given(st.one_of(st.binary(max_size=300), _CUT_STREAMS))
+def test_inflate_history_of_any_bytes_is_bytes_within_the_limit_or_one_value_error(data: bytes) -> None:
+    try:
+        text = proto.inflate_history({"zlib": base64.b64encode(data).decode()}, limit=4096)
+    except ValueError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert len(text) <= 4096
