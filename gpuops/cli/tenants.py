@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import json
 import time
 from pathlib import Path
@@ -114,6 +115,10 @@ def _evidence(fleet: Fleet, window_text: str, parallel: int, url: str | None = N
                     targets, window, now, parallel=parallel, handshakes=fleet.max_handshakes, done=done
                 )
             )
+    # The command ends once it has printed: the decoded histories (millions of containers, no
+    # cycles) are frozen out of the cyclic collector's walks, which the accounting's allocations
+    # would otherwise start again and again (0.4 s of a 200-node week's 3.5 s of CPU).
+    gc.freeze()
     evidence = gather_evidence(fleet, histories, window, now)
     missing = {**no_history(histories), **evidence.missing}
     return dataclasses.replace(evidence, missing=missing)

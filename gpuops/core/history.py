@@ -25,6 +25,7 @@ intervals: a longer gap is not counted):
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -90,6 +91,8 @@ class Bucket:
         kept = self.__dict__.get(_KEPT) if name == "gpus" else None
         if kept is None:
             raise AttributeError(name)
+        if isinstance(kept, str):  # only its checked text was kept (a node's file line)
+            kept = json.loads(kept)
         built = _fast_bucket(kept, keep_json=False)
         gpus = built.gpus if built is not None else _checked_bucket(kept).gpus
         self.__dict__["gpus"] = gpus
@@ -307,11 +310,19 @@ def gpu_to_json(g: GpuUsage) -> Dict[str, Any]:
     }
 
 
+def keep_only_text(b: Bucket, text: str) -> None:
+    """A bucket decoded with keep_json=True keeps `text`, the JSON it was decoded from, instead
+    of the decoded objects: bucket_to_json and `gpus` parse it again when asked."""
+    b.__dict__[_KEPT] = text
+
+
 def bucket_to_json(b: Bucket) -> Dict[str, Any]:
     # A bucket decoded with keep_json=True (a node's own files) is the object it came from: the
     # node answers `history` without building every bucket's JSON again. Callers must not
     # change what this returns.
     kept = b.__dict__.get(_KEPT)
+    if isinstance(kept, str):  # the checked line of a node's file, kept instead of its objects
+        return json.loads(kept)  # type: ignore[no-any-return]
     if kept is not None:
         return kept  # type: ignore[no-any-return]
     return {"start": b.start, "span": b.span, "gpus": [gpu_to_json(g) for g in b.gpus]}

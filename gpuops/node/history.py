@@ -52,6 +52,7 @@ from gpuops.core.history import (
     bucket_from_json,
     bucket_to_json,
     gpu_shares,
+    keep_only_text,
 )
 from gpuops.core.model import Gpu, NodeSample
 
@@ -471,7 +472,11 @@ def _read_file(path: str, resolution: str) -> Tuple[List[Bucket], int]:
             if b.span != span:
                 raise ValueError("buckets[%d].span: %g in a %s file" % (n, b.span, resolution))
             if texts is not None:
+                # Only the checked line is kept, not its objects: a reply sends the line, and
+                # held objects would be walked by the cyclic collector while the reply is made
+                # (`gpus` is built from the line if something asks for it).
                 b.__dict__[_TEXT] = texts[n]
+                keep_only_text(b, texts[n])
             out.append(b)
     except ValueError as exc:
         raise FileError("%s: %s" % (path, exc)) from None
