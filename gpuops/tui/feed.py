@@ -47,6 +47,7 @@ from gpuops.tenancy.attribution import UNATTRIBUTED, default_chain
 from gpuops.tenancy.ownership import UNOWNED, Ownership
 from gpuops.views.events import HealthLog
 from gpuops.views.gpu_history import GpuHistory
+from gpuops.views.gpus import node_facts
 from gpuops.views.nodes import NodeRow, RowCache
 from gpuops.views.processes import FirstSeen, FleetProcess, fleet_processes
 from gpuops.views.status import FleetStatus, fleet_status
@@ -367,10 +368,12 @@ class Feed:
         self.warnings.update(now, snapshot, self.ownership, tenants)
         self.health.update(snapshot)
         self.first_seen.update(snapshot, now)
-        self.gpu_history.update(snapshot)
+        ownership = self.ownership
+        # the points were read by the pass the tenants made (views.gpus.node_facts)
+        self.gpu_history.update(snapshot, lambda view: node_facts(view, ownership).points)
         self.version += 1
         self.builds += 1
-        cache, ownership, first_seen = self._cache, self.ownership, self.first_seen
+        cache, first_seen = self._cache, self.first_seen
         state = FleetState(
             version=self.version,
             time=now,

@@ -11,6 +11,7 @@ reason after its (dimmed, last known) cells.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import overload
@@ -73,23 +74,26 @@ class Position:
 
 
 class Positions(Sequence[Position]):
-    """Where every cell is, as parallel lists (a 1000-GPU grid would otherwise make a thousand
-    objects per update for the cursor alone); Position objects are made on access."""
+    """Where every cell is, kept per block of cells (a node's cells on one line: a 10k-GPU grid
+    has 15k cells and 1.5k blocks), a cell's Position worked out on access; the parallel lists
+    (`lines`, `xs`, `rows`, `cells`) are made on first use (moving the cursor up or down)."""
 
-    def __init__(self) -> None:
-        self.lines: list[int] = []
-        self.xs: list[int] = []
-        self.rows: list[NodeRow] = []
-        self.cells: list[int] = []
+    def __init__(self, label: int = 0) -> None:
+        self.label = label  # where a block's first cell starts, from the block's x
+        self.firsts: list[int] = []  # each block's first position
+        # each block: (line, x, row, first cell, end); a block without cells is one position, -1
+        self.blocks: list[tuple[int, int, NodeRow, int, int]] = []
+        self._count = 0
+        self._lists: tuple[list[int], list[int], list[NodeRow], list[int]] | None = None
 
-    def add(self, line: int, x: int, row: NodeRow, cell: int) -> None:
-        self.lines.append(line)
-        self.xs.append(x)
-        self.rows.append(row)
-        self.cells.append(cell)
+    def add_block(self, line: int, x: int, row: NodeRow, start: int, end: int) -> None:
+        self.firsts.append(self._count)
+        self.blocks.append((line, x, row, start, end))
+        self._count += max(1, end - start)
+        self._lists = None
 
     def __len__(self) -> int:
-        return len(self.lines)
+        return self._count
 
     @overload
     def __getitem__(self, index: int) -> Position: ...
@@ -100,7 +104,77 @@ class Positions(Sequence[Position]):
     def __getitem__(self, index: int | slice) -> Position | Sequence[Position]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        return Position(self.lines[index], self.xs[index], self.rows[index], self.cells[index])
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError(index)
+        k = bisect_right(self.firsts, index) - 1
+        line, x, row, start, end = self.blocks[k]
+        if start == end:
+            return Position(line, x, row, -1)
+        i = start + index - self.firsts[k]
+        return Position(line, x + self.label + (i - start) * PITCH, row, i)
+
+    def _made(self) -> tuple[list[int], list[int], list[NodeRow], list[int]]:
+        if self._lists is None:
+            lines: list[int] = []
+            xs: list[int] = []
+            rows: list[NodeRow] = []
+            cells: list[int] = []
+            for line, x, row, start, end in self.blocks:
+                if start == end:
+                    lines.append(line)
+                    xs.append(x)
+                    rows.append(row)
+                    cells.append(-1)
+                    continue
+                cx = x + self.label
+                for i in range(start, end):
+                    lines.append(line)
+                    xs.append(cx)
+                    rows.append(row)
+                    cells.append(i)
+                    cx += PITCH
+            self._lists = (lines, xs, rows, cells)
+        return self._lists
+
+    @property
+    def lines(self) -> list[int]:
+        return self._made()[0]
+
+    @property
+    def xs(self) -> list[int]:
+        return self._made()[1]
+
+    @property
+    def rows(self) -> list[NodeRow]:
+        return self._made()[2]
+
+    @property
+    def cells(self) -> list[int]:
+        return self._made()[3]
+
+    def first_of(self, name: str) -> int | None:
+        """The first position of node `name`, None where it is not laid out."""
+        for first, block in zip(self.firsts, self.blocks, strict=True):
+            if block[2].name == name:
+                return first
+        return None
+
+    def find(self, want: CellKey) -> int:
+        """The position of the cell `want` (`cell_key`), else its node's first, else 0. Only the
+        blocks of that node have their cells made."""
+        node_match = None
+        for first, (_, _, row, start, end) in zip(self.firsts, self.blocks, strict=True):
+            if row.name != want[0]:
+                continue
+            cells = row.cells if start < end else ()
+            for i in range(start, end):
+                if cell_key(cells[i]) == want:
+                    return first + i - start
+            if node_match is None:
+                node_match = first
+        return node_match if node_match is not None else 0
 
 
 @dataclass(frozen=True)
@@ -129,16 +203,11 @@ def layout_grid(groups: tuple[Group, ...], width: int, by: str) -> GridLayout:
     column_w = label + max(usual or counts or [1]) * PITCH + BLOCK_GAP
     columns = max(1, (width + BLOCK_GAP) // column_w)
     lines: list[Line] = []
-    positions = Positions()
+    positions = Positions(label)
 
     def add(line: Line) -> None:
         for block in line.blocks:
-            cx = block.x + label
-            if block.start == block.end:
-                positions.add(len(lines), block.x, block.row, -1)
-            for i in range(block.start, block.end):
-                positions.add(len(lines), cx, block.row, i)
-                cx += PITCH
+            positions.add_block(len(lines), block.x, block.row, block.start, block.end)
         lines.append(line)
 
     for group in groups:
@@ -375,17 +444,7 @@ class FleetGrid(ScrollView, can_focus=True):
         self._announce()
 
     def _find(self, want: CellKey) -> int:
-        positions = self.layout_.positions
-        node_match = None
-        for i, row in enumerate(positions.rows):
-            if row.name != want[0]:
-                continue
-            cell = positions.cells[i]
-            if cell >= 0 and cell_key(row.cells[cell]) == want:
-                return i
-            if node_match is None:
-                node_match = i
-        return node_match if node_match is not None else 0
+        return self.layout_.positions.find(want)
 
     @property
     def cursor(self) -> Position | None:
@@ -474,7 +533,6 @@ class FleetGrid(ScrollView, can_focus=True):
 
     def select_node(self, name: str) -> None:
         """Put the cursor on a node's first cell (if shown)."""
-        for i, row in enumerate(self.layout_.positions.rows):
-            if row.name == name:
-                self._move_to(i)
-                return
+        first = self.layout_.positions.first_of(name)
+        if first is not None:
+            self._move_to(first)

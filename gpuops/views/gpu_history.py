@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpuops.core.history import instance_fraction
@@ -130,8 +130,18 @@ class GpuHistory:
         self.ring = ring
         self._points: dict[tuple[str, int], _Ring] = {}
         self._views: dict[str, NodeView] = {}
+        self._slots: dict[str, list[tuple[int, _Ring]]] = {}  # each node's (index, ring), GPU order
 
-    def update(self, snapshot: FleetSnapshot) -> None:
+    def update(
+        self, snapshot: FleetSnapshot, node_points: Callable[[NodeView], list[float]] | None = None
+    ) -> None:
+        """Add each node's new sample. `node_points`, where given, answers a view's points already
+        read (`views.gpus.NodeFacts.points`: four figures per GPU in its order, as `gpu_point`
+        reads them, NaN for None), so the feed's one pass over the GPUs serves the history too."""
+        points = self._points
+        slots = self._slots
+        full = self.ring * _WIDTH
+        nan = _NAN
         for view in snapshot.nodes:
             if view.sample is None or self._views.get(view.name) is view:
                 continue
@@ -139,14 +149,57 @@ class GpuHistory:
             self._views[view.name] = view
             if last is not None and last.sample is view.sample:
                 continue  # a state change only (stale, unreachable): no new sample
-            points = self._points
             name = view.name
-            for gpu in view.sample.gpus:
-                key = (name, gpu.info.index)
-                ring = points.get(key)
-                if ring is None:
-                    ring = points[key] = _Ring(self.ring)
-                ring.put(_fast_point(gpu))
+            # the node's rings in its GPUs' order, found again by position while the GPUs are the
+            # same, so that a point costs no lookup by (node, index)
+            rings = slots.get(name)
+            if rings is None:
+                rings = slots[name] = []
+            known = len(rings)
+            read = node_points(view) if node_points is not None else None
+            for k, gpu in enumerate(view.sample.gpus):
+                index = gpu.info.index
+                if k < known and rings[k][0] == index:
+                    ring = rings[k][1]
+                else:
+                    key = (name, index)
+                    found = points.get(key)
+                    if found is None:
+                        found = points[key] = _Ring(self.ring)
+                    ring = found
+                    if k < known:
+                        rings[k] = (index, ring)
+                    else:
+                        rings.append((index, ring))
+                        known += 1
+                # _fast_point, inline: every GPU of the fleet, every update
+                s = gpu.sample
+                if read is not None:
+                    values = read[4 * k : 4 * k + 4]
+                elif s is None:
+                    values = [nan, nan, nan, nan]
+                else:
+                    util = s.utilization_gpu_percent
+                    used = s.memory_used_bytes
+                    total = s.memory_total_bytes
+                    power = s.power_watts
+                    temp = s.temperature_celsius
+                    if (
+                        type(util) is float
+                        and type(used) is int
+                        and type(total) is int
+                        and total > 0
+                        and type(power) is float
+                        and type(temp) is float
+                    ):
+                        values = [util, 100.0 * used / total, power, temp]
+                    else:
+                        values = [nan if v is None else v for v in gpu_point(gpu)]
+                data = ring.data
+                if len(data) < full:
+                    data.extend(values)
+                else:
+                    ring.put(values)
 
     def series(self, node: str, gpu: int, name: str) -> list[float]:
         """One series of a GPU, oldest first; points without the figure left out."""

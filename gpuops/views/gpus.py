@@ -11,12 +11,27 @@ the Kubernetes one re-reading its pods file, may answer differently from one upd
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
-from gpuops.core.model import Gpu
-from gpuops.fleet.collector import NodeView
-from gpuops.tenancy.ownership import Ownership
-from gpuops.views.common import FREE, as_float, as_int, capacity_state, gpu_lost, mig_active
+from gpuops.core.history import instance_fraction
+from gpuops.core.model import Gpu, GpuProcess
+from gpuops.fleet.collector import LIVE, STALE, NodeView
+from gpuops.tenancy.ownership import UNOWNED, Ownership
+from gpuops.views.common import (
+    BUSY,
+    BUSY_PERCENT,
+    FREE,
+    HELD,
+    HELD_MEMORY_PERCENT,
+    as_float,
+    as_int,
+    capacity_state,
+    gpu_lost,
+    mig_active,
+    percent_of,
+    short_model,
+)
 
 
 class GpuPass:
@@ -87,30 +102,565 @@ def view_gpus(view: NodeView) -> Sequence[Gpu]:
 
 
 def node_pass(view: NodeView, ownership: Ownership) -> NodePass:
-    """The shared per-GPU facts of `view` (made once per view object and ownership)."""
+    """The shared per-GPU facts of `view` (made once per view object and ownership, on first use:
+    the fused pass `node_facts` reads the figures without them)."""
+    return node_facts(view, ownership).passes()
+
+
+# ---- the fused pass: every per-GPU figure the feed needs, summed per node -----------------------
+
+
+class TeamAcc:
+    """What one team (or pool) adds up: over a node's GPUs in `NodeFacts`, then over the fleet's
+    nodes in `views.tenants.tenant_rows`."""
+
+    __slots__ = (
+        "gpu_time",
+        "held",
+        "idle",
+        "lent",
+        "memory_owned",
+        "memory_used",
+        "outside",
+        "owned",
+        "processes",
+        "silo",
+        "steps",
+        "unknown",
+        "used",
+        "waste",
+    )
+
+    def __init__(self) -> None:
+        self.owned = self.silo = self.unknown = self.processes = self.memory_used = self.memory_owned = 0
+        self.used = self.outside = self.lent = self.idle = self.held = self.waste = self.gpu_time = 0.0
+        # A node's GPU-time, each GPU's (slice's) part in order, added to the fleet's in that
+        # order (`add`): the share is not rounded, and a per-node subtotal would move its last digits.
+        self.steps: list[float] = []
+
+    def add(self, o: TeamAcc) -> None:
+        self.owned += o.owned
+        self.silo += o.silo
+        self.unknown += o.unknown
+        self.processes += o.processes
+        self.memory_used += o.memory_used
+        self.memory_owned += o.memory_owned
+        self.used += o.used
+        self.outside += o.outside
+        self.lent += o.lent
+        self.idle += o.idle
+        self.held += o.held
+        self.waste += o.waste
+        time = self.gpu_time
+        for step in o.steps:
+            time += step
+        self.gpu_time = time
+
+    def capacity(self, state: str, amount: float) -> None:
+        """`amount` GPU-equivalents of its capacity in `state` (common.capacity_state)."""
+        if state != BUSY:
+            self.idle += amount
+            if state == HELD:
+                self.held += amount
+
+    def use(self, team: str, owner: TeamAcc, owner_name: str, pooled: bool, amount: float) -> None:
+        """`amount` GPU-equivalents used by this team (`team`) on a GPU of `owner_name`. Use
+        outside its silo is borrowing only beyond its pool guarantees (settled at the end, as
+        `gpuops tenants` does over a window); pool GPUs are shared, not lent."""
+        self.used += amount
+        if team != owner_name or pooled:
+            self.outside += amount
+        if team != owner_name and not pooled:
+            owner.lent += amount
+
+
+def weights(processes: Sequence[GpuProcess], tenants: Sequence[str]) -> dict[str, float]:
+    """Each tenant's share of a GPU (or slice): by the memory its processes hold, else equal."""
+    held: dict[str, int] = {}
+    for p, t in zip(processes, tenants, strict=True):
+        held[t] = held.get(t, 0) + (as_int(p.used_memory_bytes) or 0)
+    total = sum(held.values())
+    if total > 0:
+        return {t: m / total for t, m in held.items()}
+    return {t: 1.0 / len(held) for t in held}
+
+
+def process_memory(processes: Sequence[GpuProcess], fallback: int | None) -> list[int]:
+    """Memory per process; where NVML did not say, an equal share of what the device holds."""
+    known = [as_int(p.used_memory_bytes) for p in processes]
+    if all(k is not None for k in known):
+        return [k or 0 for k in known]
+    share = (fallback or 0) // max(1, len(processes))
+    return [k if k is not None else share for k in known]
+
+
+class _Layout:
+    """A MIG layout's instances as the views read them, worked out once per layout: (id, share of
+    the GPU, memory) in the layout's order (the tenants'), the order of their first slices (the
+    cells'; None where it is the same), the shares' sum as the tenants add it, and how many cells
+    the layout makes."""
+
+    __slots__ = ("allocated", "cells", "instances", "mig", "model", "order")
+
+    def __init__(self, gpu: Gpu) -> None:
+        mig = gpu.mig
+        assert mig is not None
+        self.mig = mig
+        self.model = gpu.info.mig_model
+        listed = mig.gpu_instances
+        self.instances = tuple((gi.id, instance_fraction(gpu, gi), gi.memory_total_bytes) for gi in listed)
+        allocated = 0.0
+        for _, fraction, _ in self.instances:
+            allocated += fraction
+        self.allocated = allocated
+        order = sorted(range(len(listed)), key=lambda k: listed[k].start)
+        self.order: list[int] | None = None if order == list(range(len(listed))) else order
+        used = 0.0  # in the cells' order
+        for k in order:
+            used += self.instances[k][1]
+        # a MIG GPU without instances is one EMPTY_MIG cell; free capacity over 1% one FREE cell
+        self.cells = len(order) + (1 if round(1.0 - used, 6) > 0.01 else 0) if order else 1
+
+
+_MODELS: dict[str, str] = {}  # short_model's answers by GPU name
+
+
+class NodeFacts:
+    """One pass over a node view's GPUs for one ownership, summed per node: the node row's figures
+    (`row`: what `views.nodes.lazy_node_row` needs, in the order the full row adds them), each
+    team's and pool's share of the tenants' figures (`teams`, `pools`: `TeamAcc`s that
+    `tenant_rows` adds up per node), and what is needed to remake the per-GPU pass (`passes`)
+    for the rows whose cells are drawn. Kept on the ownership's `derived` memo by node name while
+    the view is the same object; a new view of the node reuses the owners and pools of GPUs with
+    the same identity, the tenants of GPUs whose processes are the same objects (built-in
+    attribution only) and the MIG layouts that are equal."""
+
+    __slots__ = (
+        "_pass",
+        "gpus",
+        "layouts",
+        "placed",
+        "places",
+        "points",
+        "pools",
+        "row",
+        "teams",
+        "tenants",
+        "view",
+    )
+
+    def __init__(self, view: NodeView) -> None:
+        self.view = view
+        self.gpus: Sequence[Gpu] = ()
+        self.placed: list[tuple[str | None, str | None]] = []  # each GPU's (owner, pool)
+        self.tenants: list[tuple[str, ...]] = []
+        self.places: dict[tuple[object, ...], tuple[str | None, str | None]] = {}
+        self.layouts: dict[int, _Layout] = {}
+        self.teams: dict[str, TeamAcc] = {}
+        self.pools: dict[str, TeamAcc] = {}
+        # models text, owners, processes, memory used, memory total, cells, busy, held,
+        # utilization sum and weight
+        self.row: tuple[str, frozenset[str | None], int, int, int, int, float, float, float, float] = (
+            "",
+            frozenset(),
+            0,
+            0,
+            0,
+            0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        )
+        self._pass: NodePass | None = None
+        # each GPU's point for its history (views.gpu_history.gpu_point, NaN for None), flat
+        self.points: list[float] = []
+
+    def passes(self) -> NodePass:
+        """The per-GPU pass (`GpuPass`es) of the node, made on first use (cells to draw)."""
+        made = self._pass
+        if made is None:
+            view = self.view
+            made = self._pass = NodePass(
+                view,
+                [
+                    GpuPass(gpu, owner, pool, tenants, gpu_lost(gpu))
+                    for gpu, (owner, pool), tenants in zip(self.gpus, self.placed, self.tenants, strict=True)
+                ],
+            )
+        return made
+
+
+def node_facts(view: NodeView, ownership: Ownership) -> NodeFacts:
+    """The fused pass over `view`'s GPUs (made once per view object and ownership)."""
     memo = ownership.derived
     old = memo.get(view.name)
-    if isinstance(old, NodePass) and old.view is view:
-        return old
-    before: dict[int, GpuPass] = {}
-    if isinstance(old, NodePass) and ownership.stable_attribution:  # a plugin may change its mind
-        before = {g.gpu.info.index: g for g in old.gpus}
+    if isinstance(old, NodeFacts):
+        if old.view is view:
+            return old
+    else:
+        old = None
+    facts = _node_facts(view, ownership, old)
+    memo[view.name] = facts
+    return facts
+
+
+def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> NodeFacts:
+    facts = NodeFacts(view)
+    gpus = facts.gpus = view_gpus(view)
+    sampled = view.sample is not None
+    current = sampled and view.state in (LIVE, STALE)
+    # What a new view of the node may reuse: where each GPU's owner and pool came from (they
+    # depend on the GPU's identity and the node's owner only), the tenants of the same process
+    # objects, MIG layouts.
+    places = old.places if old is not None and old.view.owner == view.owner else {}
+    layouts = old.layouts if old is not None else {}
+    old_gpus: Sequence[Gpu] = old.gpus if old is not None and ownership.stable_attribution else ()
+    old_placed = old.placed if old is not None else []
+    old_tenants = old.tenants if old is not None else []
+    facts.places = places
+    facts.layouts = new_layouts = {}
+    placed = facts.placed
+    tenants_list = facts.tenants
+    teams = facts.teams
+    pools = facts.pools
     tenant = ownership.tenant
-    out: list[GpuPass] = []
-    for gpu in view_gpus(view):
-        owner = ownership.owner(view, gpu)
-        pool = ownership.pool(view, gpu)
+
+    def get(team: str) -> TeamAcc:
+        a = teams.get(team)
+        if a is None:
+            a = teams[team] = TeamAcc()
+        return a
+
+    names: dict[str, int] = {}  # GPUs by model name
+    owners: set[str | None] = set()
+    processes_n = mem_used = mem_total = count = 0
+    busy: float = 0
+    held: float = 0
+    util_sum = util_weight = 0.0
+    points: list[float] = []  # each GPU's (utilization, memory %, watts, °C), NaN: not reported
+    nan = math.nan
+    for i, gpu in enumerate(gpus):
+        info = gpu.info
+        index = info.index
+        key = (index, info.uuid, info.name, gpu.owner)
+        place = places.get(key)
+        if place is None:
+            place = places[key] = (ownership.owner(view, gpu), ownership.pool(view, gpu))
+        owner, pool = place
+        placed.append(place)
+        owners.add(owner)
         processes = gpu.processes
-        lost = gpu_lost(gpu)
+        nproc = len(processes)
+        s = gpu.sample
+        lost = s is not None and type(s.memory_total_bytes) is not int and gpu_lost(gpu)
         if not processes or lost:
             tenants: tuple[str, ...] = ()
+        elif (
+            i < len(old_gpus)
+            and old_gpus[i].processes is processes
+            and old_placed[i][0] == owner
+            and old_gpus[i].info.index == index
+        ):
+            tenants = old_tenants[i]
+        elif nproc == 1:
+            tenants = (tenant(processes[0], owner)[0],)
         else:
-            prev = before.get(gpu.info.index)
-            if prev is not None and prev.gpu.processes is processes and prev.owner == owner:
-                tenants = prev.tenants
-            else:
-                tenants = tuple([tenant(p, owner)[0] for p in processes])
-        out.append(GpuPass(gpu, owner, pool, tenants, lost))
-    made = NodePass(view, out)
-    memo[view.name] = made
-    return made
+            tenants = tuple([tenant(p, owner)[0] for p in processes])
+        tenants_list.append(tenants)
+        gpu_name = info.name
+        names[gpu_name] = names.get(gpu_name, 0) + 1
+        raw = info.memory_total_bytes
+        total = (raw if type(raw) is int else as_int(raw)) or 0
+        mem_total += total
+        processes_n += nproc
+        # the tenants' side: whose GPU it is and who answers for its capacity
+        owner_name = owner or UNOWNED
+        o = teams.get(owner_name) or get(owner_name)
+        o.owned += 1
+        o.memory_owned += total
+        if pool is None:
+            c = o
+        else:
+            found_pool = pools.get(pool)
+            if found_pool is None:
+                found_pool = pools[pool] = TeamAcc()
+            c = found_pool
+            c.owned += 1
+            c.memory_owned += total
+        c.silo += 1
+        if not current:
+            c.unknown += 1
+        elif lost:
+            c.idle += 1.0
+            c.waste += 1.0
+        mig = gpu.mig
+        if mig is not None and mig.current:
+            if s is not None:
+                mem_used += as_int(s.memory_used_bytes) or 0
+            layout = layouts.get(index)
+            same = layout is not None and (layout.mig is mig or layout.mig == mig)
+            if not same or layout is None or layout.model != info.mig_model:
+                layout = _Layout(gpu)
+            new_layouts[index] = layout
+            count += 1 if lost else layout.cells  # a lost GPU is one LOST cell (cells_of)
+            instances = layout.instances
+            samples = {m.gpu_instance_id: m for m in gpu.mig_samples}
+            on: dict[int | None, list[int]] = {}  # processes by GPU instance, by position
+            for k, p in enumerate(processes):
+                gi_id = p.gpu_instance_id
+                found = on.get(gi_id)
+                if found is None:
+                    on[gi_id] = [k]
+                else:
+                    found.append(k)
+            usage = current and not lost
+            pooled = pool is not None
+            order = layout.order
+            figures: list[tuple[float, str, float | None]] = []  # the cells' figures, layout order
+            slices_util = slices_weight = 0.0  # the GPU's utilization for its history, as gpu_point
+            for gi_id, fraction, gi_memory in instances:
+                sample = samples.get(gi_id)
+                procs: Sequence[int] = on.get(gi_id, ())
+                on_it = len(procs)
+                # as_int, as_float, percent_of and capacity_state, inline: every MIG slice
+                if sample is None:
+                    util = memory = memory_t = None
+                    used_b = None
+                else:
+                    raw_used = sample.memory_used_bytes
+                    used_b = raw_used if type(raw_used) is int else as_int(raw_used)
+                    raw_total = sample.memory_total_bytes
+                    total_b = raw_total if type(raw_total) is int else as_int(raw_total)
+                    raw_util = sample.sm_utilization_percent
+                    util = raw_util if type(raw_util) is float else as_float(raw_util)
+                    size: int | None = total_b or gi_memory
+                    if type(size) is not int:
+                        size = as_int(size)
+                    memory = None if used_b is None or size is None or size <= 0 else 100.0 * used_b / size
+                    memory_t = memory if total_b else None  # the tenants read the sample's alone
+                if util is not None:
+                    slices_util += util * fraction
+                    slices_weight += fraction
+                    if util >= BUSY_PERCENT:
+                        state = BUSY
+                    elif on_it or (memory is not None and memory >= HELD_MEMORY_PERCENT):
+                        state = HELD
+                    else:
+                        state = FREE
+                elif on_it:
+                    state = BUSY
+                elif memory is not None and memory >= HELD_MEMORY_PERCENT:
+                    state = HELD
+                else:
+                    state = FREE
+                if lost:
+                    pass  # its LOST cell: not busy, not held, no utilization
+                elif order is None:  # the cells' order: add the row's figures now
+                    if state == BUSY:
+                        busy += fraction
+                    elif state == HELD:
+                        held += fraction
+                    if util is not None:
+                        util_sum += util * fraction
+                        util_weight += fraction
+                else:
+                    figures.append((fraction, state, util))
+                if not usage:
+                    continue
+                if memory_t is not memory:
+                    state = capacity_state(util, on_it, memory_t)
+                if state != BUSY:
+                    c.idle += fraction
+                    if state == HELD:
+                        c.held += fraction
+                if not on_it:
+                    c.waste += fraction
+                    continue
+                # GPU-time: the slice's SM utilization where GPM gives it, else all of it (a
+                # process holds it and NVML says nothing more).
+                busy_time = min(1.0, util / 100.0) if util is not None else 1.0
+                c.waste += fraction * (1.0 - busy_time)
+                if on_it == 1:  # one process: all the slice's use (process_memory, weights: 1.0)
+                    k = procs[0]
+                    t = tenants[k]
+                    a = teams.get(t) or get(t)
+                    raw_m = processes[k].used_memory_bytes
+                    m = raw_m if type(raw_m) is int else as_int(raw_m)
+                    a.memory_used += (used_b or 0) if m is None else m
+                    a.processes += 1
+                    a.use(t, o, owner_name, pooled, fraction)
+                    a.steps.append(fraction * busy_time)
+                    continue
+                on_slice = [processes[k] for k in procs]
+                slice_tenants = [tenants[k] for k in procs]
+                for t, m in zip(slice_tenants, process_memory(on_slice, used_b), strict=True):
+                    a = get(t)
+                    a.memory_used += m
+                    a.processes += 1
+                for t, w in weights(on_slice, slice_tenants).items():
+                    a = get(t)
+                    a.use(t, o, owner_name, pooled, fraction * w)
+                    a.steps.append(fraction * w * busy_time)
+            if order is not None and not lost:
+                for k in order:
+                    fraction, state, util = figures[k]
+                    if state == BUSY:
+                        busy += fraction
+                    elif state == HELD:
+                        held += fraction
+                    if util is not None:
+                        util_sum += util * fraction
+                        util_weight += fraction
+            if usage:
+                free = max(0.0, 1.0 - layout.allocated)
+                c.idle += free
+                c.waste += free
+            if s is None:
+                points += (nan, nan, nan, nan)
+                continue
+            whole = as_float(s.utilization_gpu_percent)
+            if whole is None and slices_weight > 0:
+                whole = slices_util / slices_weight
+            memory = percent_of(s.memory_used_bytes, s.memory_total_bytes)
+            power = as_float(s.power_watts)
+            temperature = as_float(s.temperature_celsius)
+            points += (
+                nan if whole is None else whole,
+                nan if memory is None else memory,
+                nan if power is None else power,
+                nan if temperature is None else temperature,
+            )
+            continue
+        count += 1
+        if s is None:
+            points += (nan, nan, nan, nan)
+            if current and not lost:
+                c.capacity(FREE, 1.0)
+                _whole_usage(tenants, gpu, None, None, o, owner_name, pool is not None, c, get)
+            continue
+        raw = s.memory_used_bytes
+        used: int | None = raw if type(raw) is int else as_int(raw)
+        mem_used += used or 0
+        raw_util = s.utilization_gpu_percent
+        util = raw_util if type(raw_util) is float else as_float(raw_util)
+        raw = s.memory_total_bytes
+        total_s: int | None = raw if type(raw) is int else as_int(raw)
+        memory = None if used is None or total_s is None or total_s <= 0 else 100.0 * used / total_s
+        raw_power = s.power_watts
+        power = raw_power if type(raw_power) is float else as_float(raw_power)
+        raw_temperature = s.temperature_celsius
+        temperature = raw_temperature if type(raw_temperature) is float else as_float(raw_temperature)
+        points += (
+            nan if util is None else util,
+            nan if memory is None else memory,
+            nan if power is None else power,
+            nan if temperature is None else temperature,
+        )
+        if lost:
+            continue  # a LOST cell: not busy, not held, no utilization
+        # capacity_state and TeamAcc.capacity, inline: every whole GPU, every update
+        if util is not None and util >= BUSY_PERCENT:
+            busy += 1.0
+        elif (util is None and nproc) or not current:
+            state = capacity_state(util, nproc, memory)
+            if state == BUSY:
+                busy += 1.0
+            elif state == HELD:
+                held += 1.0
+            if current:
+                c.capacity(state, 1.0)
+        elif nproc or (memory is not None and memory >= HELD_MEMORY_PERCENT):
+            held += 1.0
+            c.idle += 1.0
+            c.held += 1.0
+        else:
+            c.idle += 1.0
+        if util is not None:
+            util_sum += util * 1.0
+            util_weight += 1.0
+        if not current:
+            continue
+        if nproc == 1 and len(tenants) == 1:  # the usual GPU: one process, all its use (weights: 1.0)
+            t = tenants[0]
+            a = teams.get(t) or get(t)
+            raw_m = processes[0].used_memory_bytes
+            m = raw_m if type(raw_m) is int else as_int(raw_m)
+            a.memory_used += (used or 0) if m is None else m  # process_memory
+            a.processes += 1
+            busy_time = util / 100.0 if util is not None else 1.0
+            # TeamAcc.use, inline
+            a.used += 1.0
+            if t != owner_name:
+                a.outside += 1.0
+                if pool is None:
+                    o.lent += 1.0
+            elif pool is not None:
+                a.outside += 1.0
+            a.steps.append(busy_time * 1.0)
+            c.waste += 1.0 - min(1.0, busy_time)
+        else:
+            _whole_usage(tenants, gpu, util, used, o, owner_name, pool is not None, c, get)
+    facts.points = points
+    models: dict[str, int] = {}
+    for gpu_name, n in names.items():
+        model = _MODELS.get(gpu_name)
+        if model is None:
+            model = _MODELS[gpu_name] = short_model(gpu_name)
+        models[model] = models.get(model, 0) + n
+    facts.row = (
+        ", ".join(f"{n}x {m}" for m, n in sorted(models.items())),
+        frozenset(owners),
+        processes_n,
+        mem_used,
+        mem_total,
+        count,
+        round(busy, 6) if sampled else 0.0,
+        round(held, 6) if sampled else 0.0,
+        util_sum,
+        util_weight,
+    )
+    return facts
+
+
+def _whole_usage(
+    tenants: tuple[str, ...],
+    gpu: Gpu,
+    util: float | None,
+    memory_used: int | None,
+    o: TeamAcc,
+    owner: str,
+    pooled: bool,
+    c: TeamAcc,
+    get: Callable[[str], TeamAcc],
+) -> None:
+    """A whole GPU's use by its processes' tenants (`c` answers for its capacity)."""
+    if len(tenants) == 1:  # the usual GPU: one process, all its use (weights: 1.0)
+        (t,) = tenants
+        a = get(t)
+        m = as_int(gpu.processes[0].used_memory_bytes)
+        a.memory_used += (memory_used or 0) if m is None else m  # process_memory
+        a.processes += 1
+        busy_time = util / 100.0 if util is not None else 1.0
+        a.use(t, o, owner, pooled, 1.0)
+        a.steps.append(busy_time * 1.0)
+        c.waste += 1.0 - min(1.0, busy_time)
+        return
+    if tenants:
+        for t, m in zip(tenants, process_memory(gpu.processes, memory_used), strict=True):
+            a = get(t)
+            a.memory_used += m
+            a.processes += 1
+        busy_time = util / 100.0 if util is not None else 1.0
+        for t, w in weights(gpu.processes, tenants).items():
+            a = get(t)
+            a.use(t, o, owner, pooled, w)
+            a.steps.append(busy_time * w)
+        c.waste += 1.0 - min(1.0, busy_time)
+    elif util is not None and util >= BUSY_PERCENT:
+        # Busy with processes we cannot see (no permission to list them): the owner's.
+        o.used += 1.0
+        o.steps.append(util / 100.0)
+        c.waste += 1.0 - min(1.0, util / 100.0)
+    else:
+        c.waste += 1.0 - min(1.0, (util or 0.0) / 100.0)

@@ -7,23 +7,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 
-from gpuops.core.history import instance_fraction
-from gpuops.core.model import GpuInstance, NotAvailable
+from gpuops.core.model import NotAvailable
 from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE, FleetSnapshot, NodeView
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views.cells import Cell, cells_of
 from gpuops.views.common import (
-    BUSY,
-    HELD,
-    as_float,
     as_int,
-    capacity_state,
     gpu_busy,
     percent_of,
     short_model,
 )
 from gpuops.views.filter import Filter
-from gpuops.views.gpus import GpuPass, node_pass
+from gpuops.views.gpus import GpuPass, node_facts, node_pass
 
 
 @dataclass(frozen=True, eq=False)
@@ -199,108 +194,38 @@ def _full_row(view: NodeView, passes: list[GpuPass]) -> NodeRow:
     )
 
 
-_MODELS: dict[str, str] = {}  # short_model's answers by GPU name
-
-
-def _start(gi: GpuInstance) -> int:
-    return gi.start
-
-
 def lazy_node_row(view: NodeView, ownership: Ownership) -> NodeRow:
     """The node's row with the same figures as `node_row`, its cells and filter text made on first
-    use (`NodeRow.cells`, `search`). The figures come from the shared pass (`views.gpus`) in the
-    order `node_row` adds them, so they are equal to the full row's; only a MIG GPU's slices are
-    made here, as cells, since its figures are theirs."""
-    name = view.name
-    sampled = view.sample is not None
-    passes = node_pass(view, ownership).gpus
-    models: dict[str, int] = {}
-    owners: set[str | None] = set()
-    processes = mem_used = mem_total = count = 0
-    busy: float = 0
-    held: float = 0
-    util_sum = util_weight = 0.0
-    for g in passes:
-        gpu = g.gpu
-        owners.add(g.owner)
-        gpu_name = gpu.info.name
-        model = _MODELS.get(gpu_name)
-        if model is None:
-            model = _MODELS[gpu_name] = short_model(gpu_name)
-        models[model] = models.get(model, 0) + 1
-        s = gpu.sample
-        if s is not None:
-            mem_used += (as_int(s.memory_used_bytes) if g.mig else g.memory_used) or 0
-        total = gpu.info.memory_total_bytes
-        mem_total += (total if type(total) is int else as_int(total)) or 0
-        processes += len(gpu.processes)
-        if g.mig:  # cells_of's slices, in its order, without making them
-            assert gpu.mig is not None
-            instances = sorted(gpu.mig.gpu_instances, key=_start)
-            if not instances:
-                count += 1  # an EMPTY_MIG cell
-                continue
-            samples = {m.gpu_instance_id: m for m in gpu.mig_samples}
-            on: dict[int | None, int] = {}
-            for p in gpu.processes:
-                on[p.gpu_instance_id] = on.get(p.gpu_instance_id, 0) + 1
-            used = 0.0
-            for gi in instances:
-                fraction = instance_fraction(gpu, gi)
-                used += fraction
-                sample = samples.get(gi.id)
-                if sample is None:
-                    util, memory = None, percent_of(None, gi.memory_total_bytes)
-                else:
-                    total_b = as_int(sample.memory_total_bytes) or gi.memory_total_bytes
-                    util = as_float(sample.sm_utilization_percent)
-                    memory = percent_of(as_int(sample.memory_used_bytes), total_b)
-                state = capacity_state(util, on.get(gi.id, 0), memory)
-                if state == BUSY:
-                    busy += fraction
-                elif state == HELD:
-                    held += fraction
-                if util is not None:
-                    util_sum += util * fraction
-                    util_weight += fraction
-            count += len(instances) + (1 if round(1.0 - used, 6) > 0.01 else 0)  # + a FREE cell
-            continue
-        count += 1
-        if g.lost or s is None:
-            continue  # a LOST cell, or one without figures: not busy, not held, no utilization
-        state = g.state  # cells_of's GPU cell: busy, held, util at a fraction of 1.0
-        if state == BUSY:
-            busy += 1.0
-        elif state == HELD:
-            held += 1.0
-        if g.util is not None:
-            util_sum += g.util * 1.0
-            util_weight += 1.0
+    use (`NodeRow.cells`, `search`). The figures come from the fused pass (`views.gpus.node_facts`,
+    shared with the tenants), which adds them in the order `node_row` does, so they are equal to
+    the full row's; a MIG GPU's slices are read there without making cells."""
+    facts = node_facts(view, ownership)
+    models, owners, processes, mem_used, mem_total, count, busy, held, util_sum, util_weight = facts.row
 
     def fill() -> tuple[tuple[Cell, ...], str]:
-        full = _full_row(view, passes)
+        full = _full_row(view, facts.passes().gpus)
         return full.cells, full.search
 
     row = LazyNodeRow.__new__(LazyNodeRow)
     row.__dict__.update(
-        name=name,
+        name=view.name,
         address=view.address,
         state=view.state,
         reason=view.reason,
         since=view.since,
         last_seen=view.last_seen,
         owner=view.owner,
-        models=", ".join(f"{n}x {m}" for m, n in sorted(models.items())),
-        gpus=len(passes),
-        busy=round(busy, 6) if sampled else 0.0,
-        held=round(held, 6) if sampled else 0.0,
+        models=models,
+        gpus=len(facts.gpus),
+        busy=busy,
+        held=held,
         util=util_sum / util_weight if util_weight > 0 else None,
         util_weight=util_weight,
         memory_used=mem_used,
         memory_total=mem_total,
         processes=processes,
         cell_count=count,
-        owners=frozenset(owners),
+        owners=owners,
         _fill=fill,
     )
     return row

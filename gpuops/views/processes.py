@@ -58,6 +58,7 @@ class FirstSeen:
     def __init__(self) -> None:
         self._seen: dict[str, dict[tuple[int, str], float]] = {}
         self._views: dict[str, NodeView] = {}
+        self._keys: dict[str, list[tuple[int, str]]] = {}  # each node's processes at its last sample
 
     def update(self, snapshot: FleetSnapshot, now: float) -> None:
         names = set()
@@ -66,16 +67,19 @@ class FirstSeen:
             if self._views.get(view.name) is view or view.sample is None:
                 continue
             self._views[view.name] = view
+            keys = [(p.pid, p.command) for gpu in view.sample.gpus for p in gpu.processes]
+            if keys == self._keys.get(view.name):
+                continue  # the same processes as at the last sample: the usual update
+            self._keys[view.name] = keys
             old = self._seen.get(view.name, {})
             fresh: dict[tuple[int, str], float] = {}
-            for gpu in view.sample.gpus:
-                for p in gpu.processes:
-                    key = (p.pid, p.command)
-                    fresh[key] = old.get(key, fresh.get(key, now))
+            for key in keys:
+                fresh[key] = old.get(key, fresh.get(key, now))
             self._seen[view.name] = fresh
         for gone in set(self._seen) - names:
             del self._seen[gone]
             self._views.pop(gone, None)
+            self._keys.pop(gone, None)
 
     def since(self, node: str, pid: int, command: str, default: float) -> float:
         return self._seen.get(node, {}).get((pid, command), default)
