@@ -370,7 +370,7 @@ class Feed:
         self.first_seen.update(snapshot, now)
         ownership = self.ownership
         # the points were read by the pass the tenants made (views.gpus.node_facts)
-        self.gpu_history.update(snapshot, lambda view: node_facts(view, ownership).points)
+        self.gpu_history.update(snapshot, lambda view: node_facts(view, ownership).history)
         self.version += 1
         self.builds += 1
         cache, first_seen = self._cache, self.first_seen

@@ -86,62 +86,68 @@ _WIDTH = len(SERIES)
 
 
 class _Ring:
-    """The last `size` points of one GPU, oldest overwritten first."""
+    """The last `size` points of one GPU (`width` 4) or of all a node's GPUs side by side (`width`
+    4 per GPU), oldest overwritten first."""
 
-    __slots__ = ("data", "next", "size")
+    __slots__ = ("data", "next", "size", "width")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, width: int = _WIDTH) -> None:
         self.data = array("f")
         self.size = size
+        self.width = width
         self.next = 0  # the slot the next point goes to once the ring is full
 
     @property
     def count(self) -> int:
-        return len(self.data) // _WIDTH
+        return len(self.data) // self.width if self.width else 0
 
     def append(self, point: tuple[float | None, ...]) -> None:
         self.put([math.nan if v is None else v for v in point])
 
     def put(self, values: list[float]) -> None:
-        """Append a point of `_WIDTH` numbers (NaN: not reported)."""
-        if len(self.data) < self.size * _WIDTH:
+        """Append a point of `width` numbers (NaN: not reported)."""
+        width = self.width
+        if len(self.data) < self.size * width:
             self.data.extend(values)
             return
-        base = self.next * _WIDTH
-        self.data[base : base + _WIDTH] = array("f", values)
+        base = self.next * width
+        self.data[base : base + width] = array("f", values)
         self.next = (self.next + 1) % self.size
 
-    def column(self, i: int) -> list[float]:
+    def raw(self, offset: int) -> list[float]:
+        """The numbers at `offset` in each point, oldest first, NaN included."""
         n = self.count
         start = self.next if n == self.size else 0
-        out = []
-        for k in range(n):
-            v = self.data[((start + k) % n) * _WIDTH + i]
-            if not math.isnan(v):
-                out.append(v)
-        return out
+        data, width = self.data, self.width
+        return [data[((start + k) % n) * width + offset] for k in range(n)]
+
+    def column(self, i: int) -> list[float]:
+        return [v for v in self.raw(i) if not math.isnan(v)]
 
 
 class GpuHistory:
-    """A ring of points per (node, GPU index). A node whose view object did not change since the
-    last update (no new sample) adds nothing, so a refresh costs a walk over the nodes only."""
+    """The last `ring` points of each (node, GPU index). A node's GPUs share one ring (a point per
+    sample holds all of them side by side, so an update adds one run of numbers per node); when
+    the node's GPUs change (one is gone, another came), their points so far move to a ring per GPU
+    and the node starts a new shared ring. A node whose view object did not change since the last
+    update (no new sample) adds nothing, so a refresh costs a walk over the nodes only."""
 
     def __init__(self, ring: int = RING) -> None:
         self.ring = ring
-        self._points: dict[tuple[str, int], _Ring] = {}
+        self._nodes: dict[str, tuple[tuple[int, ...], _Ring]] = {}  # GPU indexes, their ring
+        self._points: dict[tuple[str, int], _Ring] = {}  # earlier points, of earlier GPU sets
         self._views: dict[str, NodeView] = {}
-        self._slots: dict[str, list[tuple[int, _Ring]]] = {}  # each node's (index, ring), GPU order
 
     def update(
-        self, snapshot: FleetSnapshot, node_points: Callable[[NodeView], list[float]] | None = None
+        self,
+        snapshot: FleetSnapshot,
+        node_points: Callable[[NodeView], tuple[tuple[int, ...], list[float]]] | None = None,
     ) -> None:
-        """Add each node's new sample. `node_points`, where given, answers a view's points already
-        read (`views.gpus.NodeFacts.points`: four figures per GPU in its order, as `gpu_point`
-        reads them, NaN for None), so the feed's one pass over the GPUs serves the history too."""
-        points = self._points
-        slots = self._slots
-        full = self.ring * _WIDTH
-        nan = _NAN
+        """Add each node's new sample. `node_points`, where given, answers a view's GPU indexes and
+        points already read (`views.gpus.NodeFacts.indexes`, `points`: four figures per GPU in its
+        order, as `gpu_point` reads them, NaN for None), so the feed's one pass over the GPUs
+        serves the history too."""
+        nodes = self._nodes
         for view in snapshot.nodes:
             if view.sample is None or self._views.get(view.name) is view:
                 continue
@@ -150,69 +156,52 @@ class GpuHistory:
             if last is not None and last.sample is view.sample:
                 continue  # a state change only (stale, unreachable): no new sample
             name = view.name
-            # the node's rings in its GPUs' order, found again by position while the GPUs are the
-            # same, so that a point costs no lookup by (node, index)
-            rings = slots.get(name)
-            if rings is None:
-                rings = slots[name] = []
-            known = len(rings)
-            read = node_points(view) if node_points is not None else None
-            for k, gpu in enumerate(view.sample.gpus):
-                index = gpu.info.index
-                if k < known and rings[k][0] == index:
-                    ring = rings[k][1]
-                else:
-                    key = (name, index)
-                    found = points.get(key)
-                    if found is None:
-                        found = points[key] = _Ring(self.ring)
-                    ring = found
-                    if k < known:
-                        rings[k] = (index, ring)
-                    else:
-                        rings.append((index, ring))
-                        known += 1
-                # _fast_point, inline: every GPU of the fleet, every update
-                s = gpu.sample
-                if read is not None:
-                    values = read[4 * k : 4 * k + 4]
-                elif s is None:
-                    values = [nan, nan, nan, nan]
-                else:
-                    util = s.utilization_gpu_percent
-                    used = s.memory_used_bytes
-                    total = s.memory_total_bytes
-                    power = s.power_watts
-                    temp = s.temperature_celsius
-                    if (
-                        type(util) is float
-                        and type(used) is int
-                        and type(total) is int
-                        and total > 0
-                        and type(power) is float
-                        and type(temp) is float
-                    ):
-                        values = [util, 100.0 * used / total, power, temp]
-                    else:
-                        values = [nan if v is None else v for v in gpu_point(gpu)]
-                data = ring.data
-                if len(data) < full:
-                    data.extend(values)
-                else:
-                    ring.put(values)
+            gpus = view.sample.gpus
+            if node_points is not None:
+                indexes, values = node_points(view)
+            else:
+                indexes = tuple([gpu.info.index for gpu in gpus])
+                values = []
+                for gpu in gpus:
+                    values += _fast_point(gpu)
+            held = nodes.get(name)
+            if held is None or held[0] != indexes:
+                if held is not None:
+                    self._retire(name, *held)
+                held = nodes[name] = (indexes, _Ring(self.ring, _WIDTH * len(indexes)))
+            if indexes:
+                held[1].put(values)
+
+    def _retire(self, node: str, indexes: tuple[int, ...], ring: _Ring) -> None:
+        """Move a node ring's points to a ring per GPU (the node's GPUs changed)."""
+        for position, index in enumerate(indexes):
+            key = (node, index)
+            alone = self._points.get(key)
+            if alone is None:
+                alone = self._points[key] = _Ring(self.ring)
+            columns = [ring.raw(position * _WIDTH + i) for i in range(_WIDTH)]
+            for point in zip(*columns, strict=True):
+                alone.put(list(point))
+
+    def _raw(self, node: str, gpu: int, i: int) -> list[float]:
+        alone = self._points.get((node, gpu))
+        out = alone.raw(i) if alone is not None else []
+        held = self._nodes.get(node)
+        if held is not None and gpu in held[0]:
+            out += held[1].raw(held[0].index(gpu) * _WIDTH + i)
+        return out[-self.ring :]
 
     def series(self, node: str, gpu: int, name: str) -> list[float]:
         """One series of a GPU, oldest first; points without the figure left out."""
-        ring = self._points.get((node, gpu))
-        return ring.column(SERIES.index(name)) if ring is not None else []
+        return [v for v in self._raw(node, gpu, SERIES.index(name)) if not math.isnan(v)]
 
     def points(self, node: str, gpu: int) -> int:
-        ring = self._points.get((node, gpu))
-        return ring.count if ring is not None else 0
+        return len(self._raw(node, gpu, 0))
 
     def nbytes(self) -> int:
         """The rings' storage, for the memory budget (docs/tui.md)."""
-        return sum(r.data.itemsize * len(r.data) for r in self._points.values())
+        rings = [r for _, r in self._nodes.values()] + list(self._points.values())
+        return sum(r.data.itemsize * len(r.data) for r in rings)
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,7 @@ class NodeFacts:
     __slots__ = (
         "_pass",
         "gpus",
+        "indexes",
         "layouts",
         "placed",
         "places",
@@ -275,6 +276,12 @@ class NodeFacts:
         self._pass: NodePass | None = None
         # each GPU's point for its history (views.gpu_history.gpu_point, NaN for None), flat
         self.points: list[float] = []
+        self.indexes: tuple[int, ...] = ()  # the GPUs' indexes, in their order
+
+    @property
+    def history(self) -> tuple[tuple[int, ...], list[float]]:
+        """The GPUs' indexes and points, for `views.gpu_history.GpuHistory.update`."""
+        return self.indexes, self.points
 
     def passes(self) -> NodePass:
         """The per-GPU pass (`GpuPass`es) of the node, made on first use (cells to draw)."""
@@ -313,10 +320,12 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
     # What a new view of the node may reuse: where each GPU's owner and pool came from (they
     # depend on the GPU's identity and the node's owner only), the tenants of the same process
     # objects, MIG layouts.
-    places = old.places if old is not None and old.view.owner == view.owner else {}
+    reuse = old is not None and old.view.owner == view.owner
+    places = old.places if old is not None and reuse else {}
     layouts = old.layouts if old is not None else {}
     old_gpus: Sequence[Gpu] = old.gpus if old is not None and ownership.stable_attribution else ()
     old_placed = old.placed if old is not None else []
+    same_place: Sequence[Gpu] = old.gpus if old is not None and reuse else ()  # places to reuse
     old_tenants = old.tenants if old is not None else []
     facts.places = places
     facts.layouts = new_layouts = {}
@@ -338,15 +347,21 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
     busy: float = 0
     held: float = 0
     util_sum = util_weight = 0.0
+    index_list: list[int] = []
     points: list[float] = []  # each GPU's (utilization, memory %, watts, °C), NaN: not reported
     nan = math.nan
     for i, gpu in enumerate(gpus):
         info = gpu.info
         index = info.index
-        key = (index, info.uuid, info.name, gpu.owner)
-        place = places.get(key)
-        if place is None:
-            place = places[key] = (ownership.owner(view, gpu), ownership.pool(view, gpu))
+        index_list.append(index)
+        if i < len(same_place) and same_place[i].info is info and same_place[i].owner == gpu.owner:
+            place = old_placed[i]  # the same GPU as at the last sample, the node's owner unchanged
+        else:
+            key = (index, info.uuid, info.name, gpu.owner)
+            known = places.get(key)
+            if known is None:
+                known = places[key] = (ownership.owner(view, gpu), ownership.pool(view, gpu))
+            place = known
         owner, pool = place
         placed.append(place)
         owners.add(owner)
@@ -602,6 +617,7 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
         else:
             _whole_usage(tenants, gpu, util, used, o, owner_name, pool is not None, c, get)
     facts.points = points
+    facts.indexes = tuple(index_list)
     models: dict[str, int] = {}
     for gpu_name, n in names.items():
         model = _MODELS.get(gpu_name)

@@ -6,6 +6,7 @@ kept per block of cells, are the per-cell positions of before."""
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import replace
 
 from gpuops.fleet.collector import FleetSnapshot
@@ -46,7 +47,7 @@ def test_history_points_are_gpu_point(fleet: tuple[SimSource, list[float]]) -> N
             want = [v for gpu in view.sample.gpus for v in gpu_point(gpu)]
             assert len(points) == len(want)
             assert all(_same_number(a, b) for a, b in zip(points, want, strict=True)), view.name
-        fused.update(snapshot, lambda view: node_facts(view, own).points)
+        fused.update(snapshot, lambda view: node_facts(view, own).history)
         alone.update(snapshot)
     mig = 0
     for view in snapshots[-1].nodes:
@@ -135,3 +136,26 @@ def test_lazy_rows_are_the_full_rows(fleet: tuple[SimSource, list[float]]) -> No
         assert figures == [(r.busy, r.held, r.util, r.memory_used, r.gpus, r.models) for r in want]
         assert [r.cell_count for r in rows] == [len(r.cells) for r in want]
         assert rows == want
+
+
+def test_history_when_a_node_gpus_change(fleet: tuple[SimSource, list[float]]) -> None:
+    """A node's GPUs share a ring; when one goes (and comes back) each GPU keeps its last points."""
+    history = GpuHistory(ring=5)
+    want: dict[tuple[str, int], list[float]] = {}
+    for step, snapshot in enumerate(_snapshots(fleet, 9)):
+        if 3 <= step < 6:  # the first node with a sample loses its first GPU for three samples
+            views = list(snapshot.nodes)
+            k = next(i for i, v in enumerate(views) if v.sample is not None and len(v.sample.gpus) > 1)
+            sample = views[k].sample
+            assert sample is not None
+            views[k] = replace(views[k], sample=replace(sample, gpus=sample.gpus[1:]))
+            snapshot = replace(snapshot, nodes=tuple(views))
+        history.update(snapshot)
+        for view in snapshot.nodes:
+            for gpu in view.sample.gpus if view.sample else ():
+                util = gpu_point(gpu)[0]
+                want.setdefault((view.name, gpu.info.index), []).append(math.nan if util is None else util)
+    for (node, index), utils in want.items():
+        kept = [v for v in array("f", utils[-5:]) if not math.isnan(v)]  # stored as 32-bit
+        assert history.series(node, index, "util") == kept, (node, index)
+        assert history.points(node, index) == min(5, len(utils))
