@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -21,6 +22,20 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+
+
+class Styled(str):
+    """A cell's text with one style, made a `Text` only when its line is drawn: a table of every
+    node of a 10k-GPU fleet would otherwise make thousands of `Text`s per update for the few
+    lines on screen. Its width is the `Text`'s (cell_len)."""
+
+    style: str
+
+    def __new__(cls, text: str, style: str = "") -> Styled:
+        made = super().__new__(cls, text)
+        made.style = style
+        return made
+
 
 Cell = str | Text
 Row = tuple[str, tuple[Cell, ...]]
@@ -39,12 +54,16 @@ class Column:
     justify: str = "left"  # left | right
 
 
+def _width(cell: str) -> int:
+    return cell_len(cell) if isinstance(cell, Styled) else len(cell)
+
+
 def table_width(columns: Sequence[Column], rows: Sequence[Row]) -> int:
     """The cells a LiveTable of these columns and rows is wide (as `set_rows` sizes it)."""
     widths = [len(c.label) for c in columns]
     for _, cells in rows:
         for i, cell in enumerate(cells[: len(widths)]):
-            n = cell.cell_len if isinstance(cell, Text) else len(cell)
+            n = cell.cell_len if isinstance(cell, Text) else _width(cell)
             widths[i] = max(widths[i], n)
     return sum(widths) + GAP * len(widths) + 1
 
@@ -116,7 +135,7 @@ class LiveTable(ScrollView, can_focus=True):
         widths = [len(c.label) for c in self.columns]
         for _, cells in self.rows:
             for i, cell in enumerate(cells[: len(widths)]):
-                n = cell.cell_len if isinstance(cell, Text) else len(cell)
+                n = cell.cell_len if isinstance(cell, Text) else _width(cell)
                 if n > widths[i]:
                     widths[i] = n
         self.widths = widths
@@ -145,7 +164,12 @@ class LiveTable(ScrollView, can_focus=True):
         for i, column in enumerate(self.columns):
             width = self.widths[i]
             cell = cells[i] if i < len(cells) else ""
-            text = cell if isinstance(cell, Text) else Text(cell)
+            if isinstance(cell, Text):
+                text = cell
+            elif isinstance(cell, Styled):
+                text = Text(cell, style=cell.style)
+            else:
+                text = Text(cell)
             pad = width - text.cell_len
             if pad < 0:
                 text = text.copy()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.widget import Widget
@@ -14,8 +13,10 @@ from gpuops.tui import render
 from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
-from gpuops.tui.table import Column, LiveTable, Row
+from gpuops.tui.table import Column, LiveTable, Row, Styled
 from gpuops.views.nodes import filter_rows, sort_rows
+
+_COLOUR = render.STATE_COLOUR.get
 
 COLUMNS = (
     Column("Node", "node"),
@@ -83,20 +84,21 @@ class NodesScreen(ViewScreen):
                 (
                     r.name,
                     (
-                        Text(r.name, style="bold"),
-                        render.state_text(r.state),
+                        # Styled, not Text: made a Text only if its line is drawn
+                        Styled(r.name, "bold"),
+                        Styled(f"{render.STATE_GLYPH.get(r.state, '?')} {r.state}", _COLOUR(r.state, "")),
                         render.age(age) if age is not None else "-",
                         r.owner or "-",
                         r.models or "-",
                         f"{render.gpus(r.busy)}/{r.gpus}" if r.has_data else "-",
-                        Text(
+                        Styled(
                             render.gpus(r.idle) if r.has_data else "-",
-                            style="bold #ffd75f" if r.idle >= 0.05 else "",
+                            "bold #ffd75f" if r.idle >= 0.05 else "",
                         ),
                         render.percent(r.util) if r.has_data else "-",
                         render.share(r.memory_used, r.memory_total) if r.has_data else "-",
                         str(r.processes) if r.has_data else "-",
-                        Text(r.reason if r.state != LIVE else "", style=render.STATE_COLOUR.get(r.state, "")),
+                        Styled(r.reason if r.state != LIVE else "", _COLOUR(r.state, "")),
                     ),
                 )
             )
