@@ -47,7 +47,7 @@ def _timed(*args: str) -> tuple[float, dict[str, Any]]:
 
 
 PASTS_LINE = "simulated pasts of"  # the fleet's log line once every node's past is built
-PASTS_WAIT = 90.0
+PASTS_WAIT = 45.0
 
 
 def _wait_for_pasts(log: Path) -> float | None:
