@@ -220,7 +220,10 @@ def _write(args: argparse.Namespace, before_label: str, results: list[tuple[str,
         "Targets: <= 50 ms per update at 1000 GPUs (issue 6), then at 10k GPUs (issue 22); <= 300 MB."
         " Only the screen in front draws; the grid and the tables draw only the lines in view."
     )
-    lines.append("Run again: `.venv/bin/python bench/tui_refresh.py`.")
+    lines.append(
+        "Run again: `.venv/bin/python bench/tui_refresh.py` (`--before REV` measures a commit's tree"
+        " in the same run)."
+    )
     body = "\n".join(lines)
     print(body)
     if not args.no_write:
