@@ -1,6 +1,9 @@
-"""The one pass over a node's GPUs that the node rows (the grid, the nodes table) and the tenants
-share: each GPU's owner, pool and the tenant of each of its processes, decided once per node view
-and ownership, not once per screen.
+"""The one pass over a node's GPUs that the node rows (the grid, the nodes table), the tenants and
+the GPU history share (`node_facts`): each GPU's owner, pool and the tenant of each of its
+processes, decided once per node view and ownership, not once per screen, and the figures each of
+them needs summed per node (`NodeFacts`), so that what reads them afterwards works per node, not
+per GPU. The per-GPU objects (`GpuPass`, `node_pass`) are made from it for the rows whose cells
+are drawn.
 
 The pass of a node is kept on the `Ownership` (its `derived` memo, by node name) while the node's
 view is the same object (the collector makes a new view for every sample or state change). A new
