@@ -327,25 +327,42 @@ def _gpu_evidence(
     memory: dict[str, float] = {}
     largest: dict[str, list[float]] = {}
     memory_used = 0.0
-    memory_now: dict[str, float] = {}
+    # This GPU's keys -> teams: its owner is the same in every row, so a key's team is too (a
+    # week of hours asks for the same few keys 168 times).
+    team_of: dict[tuple[object, ...], str] = {}
+    latest: GpuUsage | None = None  # the newest row with time in it: what its teams hold now
     for i, g in rows:
-        if g.seconds <= 0:
+        seconds = g.seconds
+        if seconds <= 0:
             continue
-        observed[i] += g.seconds
-        memory_now = {}
-        busy[i] = min(1.0, g.busy / g.seconds)
+        latest = g
+        observed[i] += seconds
+        share = g.busy / seconds
+        busy[i] = share if share < 1.0 else 1.0
         memory_used += g.memory
-        per_team_largest: dict[str, int] = {}
+        if not g.users:
+            continue
+        row_largest: dict[str, int] = {}
         for u in g.users:
-            team = attributor.team(node, owner, u)
-            series = teams.setdefault(team, [0.0] * n)
-            series[i] += u.busy / g.seconds
+            key = (u.user, u.groups, u.tenant, u.tenant_source, u.gpu_instance_id)
+            team = team_of.get(key)
+            if team is None:
+                team = team_of[key] = attributor.team(node, owner, u)
+            series = teams.get(team)
+            if series is None:
+                series = teams[team] = [0.0] * n
+            series[i] += u.busy / seconds
             held[team] = held.get(team, 0.0) + u.held
             memory[team] = memory.get(team, 0.0) + u.memory
-            memory_now[team] = memory_now.get(team, 0.0) + u.memory / g.seconds
-            per_team_largest[team] = max(per_team_largest.get(team, 0), u.process_max)
-        for team, value in per_team_largest.items():
+            if u.process_max > row_largest.get(team, -1):
+                row_largest[team] = u.process_max
+        for team, value in row_largest.items():
             largest.setdefault(team, []).append(float(value))
+    memory_now: dict[str, float] = {}
+    if latest is not None:
+        for u in latest.users:
+            team = team_of[(u.user, u.groups, u.tenant, u.tenant_source, u.gpu_instance_id)]
+            memory_now[team] = memory_now.get(team, 0.0) + u.memory / latest.seconds
     seconds = sum(observed)
     return GpuEvidence(
         node=node,
