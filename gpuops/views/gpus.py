@@ -29,6 +29,7 @@ from gpuops.views.common import (
     HELD_MEMORY_PERCENT,
     as_float,
     as_int,
+    busy_fraction,
     capacity_state,
     gpu_lost,
     mig_active,
@@ -497,7 +498,8 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
                     continue
                 # GPU-time: the slice's SM utilization where GPM gives it, else all of it (a
                 # process holds it and NVML says nothing more).
-                busy_time = min(1.0, util / 100.0) if util is not None else 1.0
+                fraction_busy = busy_fraction(util)
+                busy_time = 1.0 if fraction_busy is None else fraction_busy
                 c.waste += fraction * (1.0 - busy_time)
                 if on_it == 1:  # one process: all the slice's use (process_memory, weights: 1.0)
                     k = procs[0]
@@ -606,7 +608,8 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
             m = raw_m if type(raw_m) is int else as_int(raw_m)
             a.memory_used += (used or 0) if m is None else m  # process_memory
             a.processes += 1
-            busy_time = util / 100.0 if util is not None else 1.0
+            fraction_busy = busy_fraction(util)
+            busy_time = 1.0 if fraction_busy is None else fraction_busy
             # TeamAcc.use, inline
             a.used += 1.0
             if t != owner_name:
@@ -616,7 +619,7 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
             elif pool is not None:
                 a.outside += 1.0
             a.steps.append(busy_time * 1.0)
-            c.waste += 1.0 - min(1.0, busy_time)
+            c.waste += 1.0 - busy_time
         else:
             _whole_usage(tenants, gpu, util, used, o, owner_name, pool is not None, c, get)
     facts.points = points
@@ -654,32 +657,32 @@ def _whole_usage(
     get: Callable[[str], TeamAcc],
 ) -> None:
     """A whole GPU's use by its processes' tenants (`c` answers for its capacity)."""
+    fraction = busy_fraction(util)
+    busy_time = 1.0 if fraction is None else fraction  # a process holds it, no figure says more
     if len(tenants) == 1:  # the usual GPU: one process, all its use (weights: 1.0)
         (t,) = tenants
         a = get(t)
         m = as_int(gpu.processes[0].used_memory_bytes)
         a.memory_used += (memory_used or 0) if m is None else m  # process_memory
         a.processes += 1
-        busy_time = util / 100.0 if util is not None else 1.0
         a.use(t, o, owner, pooled, 1.0)
         a.steps.append(busy_time * 1.0)
-        c.waste += 1.0 - min(1.0, busy_time)
+        c.waste += 1.0 - busy_time
         return
     if tenants:
         for t, m in zip(tenants, process_memory(gpu.processes, memory_used), strict=True):
             a = get(t)
             a.memory_used += m
             a.processes += 1
-        busy_time = util / 100.0 if util is not None else 1.0
         for t, w in weights(gpu.processes, tenants).items():
             a = get(t)
             a.use(t, o, owner, pooled, w)
             a.steps.append(busy_time * w)
-        c.waste += 1.0 - min(1.0, busy_time)
-    elif util is not None and util >= BUSY_PERCENT:
+        c.waste += 1.0 - busy_time
+    elif fraction is not None and util is not None and util >= BUSY_PERCENT:
         # Busy with processes we cannot see (no permission to list them): the owner's.
         o.used += 1.0
-        o.steps.append(util / 100.0)
-        c.waste += 1.0 - min(1.0, util / 100.0)
+        o.steps.append(fraction)
+        c.waste += 1.0 - fraction
     else:
-        c.waste += 1.0 - min(1.0, (util or 0.0) / 100.0)
+        c.waste += 1.0 - (fraction or 0.0)
