@@ -50,6 +50,36 @@ def _dir_flag(directory: Path) -> str:
     return "" if directory == default_dir().absolute() else f" --dir {shlex.quote(str(directory))}"
 
 
+def _pasts(directory: Path) -> dict[str, Any] | None:
+    """Where the nodes' simulated pasts stand, as the fleet writes it (state/pasts.json) while it
+    builds them; None when it has not (yet)."""
+    import json
+
+    try:
+        doc = json.loads((directory / "state" / "pasts.json").read_text())
+        return {
+            "nodes": int(doc["nodes"]),
+            "built": int(doc["built"]),
+            "days": float(doc["days"]),
+            "background": bool(doc["background"]),
+        }
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _history_line(directory: Path) -> str:
+    """A first `tenants --window 7d` waits for the pasts of the nodes it asks: say how far."""
+    doc = _pasts(directory)
+    if doc is None:
+        return ""
+    nodes, built, days = doc["nodes"], doc["built"], doc["days"]
+    if nodes and built >= nodes:
+        return f"{days:g} days on every node"
+    if doc["background"]:
+        return f"{days:g}-day pasts being built: {built} of {nodes} nodes (a first read waits for the rest)"
+    return f"{days:g}-day pasts built when a node is first asked: {built} of {nodes} nodes so far"
+
+
 def _describe(state: dict[str, Any], directory: Path) -> list[str]:
     nodes = state.get("nodes") or []
     teams = state.get("teams") or {}
@@ -66,6 +96,9 @@ def _describe(state: dict[str, Any], directory: Path) -> list[str]:
     ]
     if state.get("prometheus_url"):
         lines.append(f"  prometheus: {state['prometheus_url']} (scrapes every node's exporter)")
+    history = _history_line(directory)
+    if history:
+        lines.append(f"  history:  {history}")
     if len(nodes) <= _LIST_NODES_UP_TO:
         width = max(len(str(n.get("name"))) for n in nodes) if nodes else 0
         lines.append("  nodes:")
@@ -243,6 +276,8 @@ def status_document(state: dict[str, Any], directory: Path) -> dict[str, Any]:
         "fleet": state.get("fleet"),
         # `sim up --prometheus`: the Prometheus scraping the fleet, else null.
         "prometheus_url": state.get("prometheus_url"),
+        # The simulated pasts: {"nodes", "built", "days", "background"}, null before the first write.
+        "history": _pasts(directory),
         "nodes": nodes,
     }
 

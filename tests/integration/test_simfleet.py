@@ -561,3 +561,27 @@ def test_large_200_nodes_start_and_all_answer(tmp_path: Path) -> None:
         }
     finally:
         _stop_and_check(tmp_path, started.pid)
+
+
+def test_status_says_how_far_the_simulated_pasts_are(tmp_path: Path) -> None:
+    """Issue 18 item 9: a first `tenants --window 7d` right after `sim up` waits for the nodes'
+    simulated pasts; `sim status` says how far they are, and when every node has its week."""
+    app, runner = _app(), CliRunner()
+    directory = tmp_path / "fleet"
+    up = runner.invoke(app, ["sim", "up", "--nodes", "3", "--dir", str(directory)])
+    assert up.exit_code == 0, up.output
+    try:
+        assert "  history:  " in up.output  # 0 to 3 of 3 built by then: the line is there
+        deadline = time.monotonic() + 60
+        while True:
+            status = runner.invoke(app, ["sim", "status", "--dir", str(directory)])
+            assert status.exit_code == 0, status.output
+            if "history:  7 days on every node" in status.output:
+                break
+            assert "7-day pasts being built: " in status.output and " of 3 nodes" in status.output
+            assert time.monotonic() < deadline, status.output
+            time.sleep(0.2)
+        doc = json.loads(runner.invoke(app, ["sim", "status", "--dir", str(directory), "--json"]).output)
+        assert doc["history"] == {"nodes": 3, "built": 3, "days": 7.0, "background": True}
+    finally:
+        runner.invoke(app, ["sim", "down", "--dir", str(directory)])

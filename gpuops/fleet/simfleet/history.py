@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import logging
 import math
 import multiprocessing
@@ -48,6 +49,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+from gpuops.core.atomic_file import atomic_write
 from gpuops.core.history import MINUTE, Bucket
 from gpuops.core.model import NodeSample
 from gpuops.node.backends.base import Backend, BackendError, BackendUnavailable
@@ -61,6 +63,7 @@ HISTORY_DIR = "history"  # under each node's state directory, as the agent's def
 BACKFILL_DAYS = 7.0
 BACKFILL_STEP = 300.0  # seconds between the past samples of the last day
 BACKFILL_COARSE_STEP = 900.0  # ... and of the days before
+PASTS_FILE = "pasts.json"  # in the state directory: {"nodes", "built", "days", "background"}
 BACKGROUND_NODES = 256  # fleets up to this size get their past from the start
 MAX_WORKERS = 2  # worker processes evaluating pasts (at most one per core)
 _OUR_FILES = ("minutes.json",)
@@ -158,6 +161,9 @@ class SimHistory:
         self.backfill_seconds = 0.0  # wall time from asking for a past until it was merged
         self.backfilled = 0
         self._closed = False
+        self.progress_path = state_dir / PASTS_FILE
+        self._pasts = sum(1 for _name, _backend, spec in nodes if spec is not None)
+        self._write_progress()
         self.workers = min(MAX_WORKERS, os.cpu_count() or 1) if workers is None else workers
         self._pool: ProcessPoolExecutor | None = None
 
@@ -260,8 +266,21 @@ class SimHistory:
         took = time.monotonic() - began
         self.backfill_seconds += took
         self.backfilled += 1
+        self._write_progress()
         log.debug("%s: %d days of simulated history in %.2fs", node.name, self.days, took)
         return took
+
+    def _write_progress(self) -> None:
+        """How many pasts are built, for `gpuops sim status` (a first `tenants --window 7d`
+        waits for the pasts of the nodes it asks)."""
+        doc = {
+            "nodes": self._pasts,
+            "built": self.backfilled,
+            "days": self.days,
+            "background": self.background,
+        }
+        with contextlib.suppress(OSError):
+            atomic_write(self.progress_path, json.dumps(doc) + "\n", 0o644, durable=False)
 
     async def _evaluate(self, args: tuple[Any, ...]) -> list[Packed]:
         """`past_packed(*args)` in a worker process, or in a thread when there is none."""

@@ -13,6 +13,7 @@ Files in DIR (mode 0700):
 | `id_ed25519`, `id_ed25519.pub` | the client key, the only one the nodes accept (0600) |
 | `simfleet.json` | what runs: pid, scenario, seed, epoch, teams, nodes (SSH and metrics ports, queued work) |
 | `demand.json` | the queued work: where each job runs, what is done, per team (demand.py) |
+| `state/` | a directory per node (history, limiter, MPS); `pasts.json`: the pasts built so far |
 | `prometheus/` | with `--prometheus`: its config, log and storage (prometheus.py) |
 | `simfleet.log` | the process's log (and its stdout/stderr when started by `launch`) |
 | `simfleet.lock` | held (flock) by the running process: at most one fleet per DIR |
