@@ -132,13 +132,19 @@ def state_text(state: str, age_seconds: float | None = None) -> Text:
 SPARK = "▁▂▃▄▅▆▇█"
 
 
-def sparkline(values: Sequence[float], width: int, top: float | None = None) -> str:
+def sparkline(values: Sequence[float], width: int, top: float | None = None, span: int | None = None) -> str:
     """The last `width` buckets of a series as block characters, scaled to `top` (default: max).
-    Longer series are averaged into `width` buckets; an empty series gives spaces."""
+    Longer series are averaged into `width` buckets; an empty series gives spaces. `span`: the
+    points the whole time shown has, when the series holds only its last ones (a team that
+    appeared later in the session): it then takes its share of the width, right-aligned, blank
+    before, instead of being stretched over all of it."""
     if width <= 0:
         return ""
     if not values:
         return " " * width
+    if span is not None and span > width and len(values) < span:
+        width_now = max(1, round(len(values) * width / span))
+        return sparkline(values, width_now, top).rjust(width)
     n = len(values)
     if n > width:
         buckets = []

@@ -60,3 +60,18 @@ def test_a_late_team_stays_aligned_when_the_session_is_halved() -> None:
         assert len(late) == history.points - first
         assert twin[first + 1 :] == late[1:]
     assert history.session_share("late") == history.session_share("twin")
+
+
+def test_a_late_team_s_sparkline_takes_its_share_of_a_long_session() -> None:
+    """Past as many points as the sparkline is wide, the session is averaged into the width; a
+    late team's shorter series takes the columns of its time (blank before), not all of them."""
+    history = _session(60, appears=30)
+    assert history.points == 60 and len(history.values("late", "share")) == 30
+    points = history.points
+    late = render.sparkline(history.values("late", "used"), TREND, 2.0, points)
+    twin = render.sparkline(history.values("twin", "used"), TREND, 2.0, points)
+    bar = render.sparkline((1.5,), 1, 2.0)
+    assert late == " " * (TREND - 11) + bar * 11  # 30 of 60 points: half of 22 columns
+    assert twin == "▁" * 11 + bar * 11  # there all along, using nothing in its first half
+    # Without the session's length, the late team's 30 points were stretched over all 22.
+    assert render.sparkline(history.values("late", "used"), TREND, 2.0) == bar * TREND

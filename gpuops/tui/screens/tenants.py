@@ -173,9 +173,14 @@ class TenantsScreen(ViewScreen):
             f"{100 * history.session_share(r.team):.0f}%",
             render.size(r.memory_used),
             str(r.processes),
-            Text(render.sparkline(history.values(r.team, "share"), TREND, 100.0), style="#87d787"),
             Text(
-                render.sparkline(history.values(r.team, "idle"), TREND, max(1.0, float(r.silo))),
+                render.sparkline(history.values(r.team, "share"), TREND, 100.0, history.points),
+                style="#87d787",
+            ),
+            Text(
+                render.sparkline(
+                    history.values(r.team, "idle"), TREND, max(1.0, float(r.silo)), history.points
+                ),
                 style="#ffd75f",
             ),
         )
@@ -230,7 +235,7 @@ class TenantsScreen(ViewScreen):
             now = values[-1] if values else 0.0
             low, high = min(values, default=0.0), max(values, default=0.0)
             line = Text(f"{title:>15} ", style="bold")
-            line.append(render.sparkline(values, width, peak if peak > 0 else None), style="#87d7ff")
+            line.append(render.sparkline(values, width, peak if peak > 0 else None, points), style="#87d7ff")
             line.append(f"  now {_fmt(kind, now):>7}")
             if full:
                 line.append(f"  min {_fmt(kind, low):>7}  max {_fmt(kind, high):>7}", style="dim")
