@@ -231,6 +231,16 @@ def _key_shares(
     return out
 
 
+def busy_fraction(util: Optional[float]) -> Optional[float]:
+    """The part of a GPU (or MIG slice) that works by `util` %, 0..1; None where none is reported
+    or the figure is not a number. One rule for GPU-time, here and in the live views
+    (gpuops/views): a reading past 100% never counts more than the whole GPU, one below 0 never
+    less than none."""
+    if util is None or not math.isfinite(util):
+        return None
+    return min(1.0, max(0.0, util / 100.0))
+
+
 def gpu_shares(gpu: Gpu) -> GpuShare:
     """What one sample of `gpu` says: how busy it is and which keys hold what share of it."""
     sample = gpu.sample
@@ -252,7 +262,7 @@ def gpu_shares(gpu: Gpu) -> GpuShare:
             # GPU-time: the slice's SM utilization where NVML's GPM gives it, else all of it while
             # a process holds it (as the live views count it: docs/tui.md, GPU-time).
             gi_util = _num(ms.sm_utilization_percent) if ms is not None else None
-            gi_fraction = None if gi_util is None else min(1.0, max(0.0, gi_util / 100.0))
+            gi_fraction = busy_fraction(gi_util)
             busy += fraction if gi_fraction is None else fraction * gi_fraction
             keys.extend(_key_shares(procs, _process_memory(procs, gi_used), fraction, gi_fraction))
         device_used = _int(sample.memory_used_bytes) if sample is not None else None
@@ -260,7 +270,7 @@ def gpu_shares(gpu: Gpu) -> GpuShare:
             device_used = used or sum(_int(p.used_memory_bytes) or 0 for p in gpu.processes)
         return GpuShare(min(1.0, busy), device_used, True, tuple(keys))
     util = _num(sample.utilization_gpu_percent) if sample is not None else None
-    util_fraction = None if util is None else min(1.0, max(0.0, util / 100.0))
+    util_fraction = busy_fraction(util)
     device_used = _int(sample.memory_used_bytes) if sample is not None else None
     memories = _process_memory(gpu.processes, device_used)
     if device_used is None:

@@ -4,9 +4,10 @@ read as numbers (a NotAvailable reads as None)."""
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
+# GPU-time's one rule, the node's history's too (re-exported for the views)
+from gpuops.core.history import busy_fraction as busy_fraction
 from gpuops.core.model import Gpu, NotAvailable
 
 BUSY_PERCENT = 5.0
@@ -77,16 +78,6 @@ def as_float(value: object) -> float | None:
     if value is None or isinstance(value, bool | NotAvailable):
         return None
     return float(value) if isinstance(value, int | float) else None
-
-
-def busy_fraction(util: float | None) -> float | None:
-    """The part of a GPU (or MIG slice) that works by `util` %, 0..1 (None where none is
-    reported, or a figure that is not a number): GPU-time as the node's history records it
-    (core.history.gpu_shares; tests/unit/test_views_gpu_time.py holds the two together), so a
-    source's reading past 100% never counts more than the whole GPU, nor one below 0 less than none."""
-    if util is None or not math.isfinite(util):
-        return None
-    return min(1.0, max(0.0, util / 100.0))
 
 
 def percent_of(used: object, total: object) -> float | None:
