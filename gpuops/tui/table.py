@@ -52,20 +52,31 @@ class Column:
     label: str
     key: str
     justify: str = "left"  # left | right
+    max_width: int | None = None  # longer cells end in an ellipsis (a narrow terminal's table)
 
 
 def _width(cell: str) -> int:
     return cell_len(cell) if isinstance(cell, Styled) else len(cell)
 
 
-def table_width(columns: Sequence[Column], rows: Sequence[Row]) -> int:
-    """The cells a LiveTable of these columns and rows is wide (as `set_rows` sizes it)."""
+def column_widths(columns: Sequence[Column], rows: Sequence[Row]) -> list[int]:
+    """Each column's width in cells, as `set_rows` sizes them: its widest cell or label, at most
+    its max_width (never less than its label)."""
     widths = [len(c.label) for c in columns]
     for _, cells in rows:
         for i, cell in enumerate(cells[: len(widths)]):
             n = cell.cell_len if isinstance(cell, Text) else _width(cell)
-            widths[i] = max(widths[i], n)
-    return sum(widths) + GAP * len(widths) + 1
+            if n > widths[i]:
+                widths[i] = n
+    for i, column in enumerate(columns):
+        if column.max_width is not None:
+            widths[i] = min(widths[i], max(column.max_width, len(column.label)))
+    return widths
+
+
+def table_width(columns: Sequence[Column], rows: Sequence[Row]) -> int:
+    """The cells a LiveTable of these columns and rows is wide (as `set_rows` sizes it)."""
+    return sum(column_widths(columns, rows)) + GAP * len(columns) + 1
 
 
 class LiveTable(ScrollView, can_focus=True):
@@ -132,12 +143,7 @@ class LiveTable(ScrollView, can_focus=True):
         key = self.cursor_key
         self.rows = list(rows)
         self._index = {k: i for i, (k, _) in enumerate(self.rows)}
-        widths = [len(c.label) for c in self.columns]
-        for _, cells in self.rows:
-            for i, cell in enumerate(cells[: len(widths)]):
-                n = cell.cell_len if isinstance(cell, Text) else _width(cell)
-                if n > widths[i]:
-                    widths[i] = n
+        widths = column_widths(self.columns, self.rows)
         self.widths = widths
         self.virtual_size = Size(sum(widths) + GAP * len(widths) + 1, len(self.rows) + 1)
         index = self._index.get(key, self.cursor_row) if key is not None else self.cursor_row

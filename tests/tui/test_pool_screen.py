@@ -753,3 +753,30 @@ def test_write_fleet_keeps_a_backup_and_refuses_a_changed_file(tmp_path: Path) -
     assert second.name == "fleet.yaml.bak-20260302-140000-2"
     with pytest.raises(PoolError, match="changed since it was read: nothing written or applied"):
         write_fleet(path, read + b"x", FLEET, NOW)
+
+
+def test_the_gpu_list_fits_80_columns(sim: Launched, tmp_path: Path) -> None:
+    """At 80 columns the GPU list leaves out what its team table or the GPU's own screen shows
+    (model, mean busy, owner) instead of scrolling sideways; a wide terminal shows every column."""
+    path = own_copy(sim, tmp_path)
+    widths: dict[int, tuple[int, int, tuple[str, ...]]] = {}
+
+    for size in ((80, 24), (200, 50)):
+        app = pool_app(path)
+
+        async def script(pilot: Pilot[None], size: tuple[int, int] = size) -> None:
+            screen = await open_pool(pilot)
+            await settled(pilot, screen)
+            await pilot.pause()
+            table = screen.query_one("#pool-gpus", LiveTable)
+            labels = tuple(c.label for c in table.columns)
+            widths[size[0]] = (table.virtual_size.width, table.size.width, labels)
+            await pilot.press("q")
+
+        run(app, script, size=size)
+    narrow, room, labels = widths[80]
+    assert narrow <= room, widths  # no sideways scroll
+    assert {"GPU", "In", "p95", "Now", "Used by", "Live carving"} <= set(labels), labels
+    assert not {"Model", "Owner", "Mean busy"} & set(labels), labels
+    wide, room, labels = widths[200]
+    assert "Model" in labels and "Mean busy" in labels and wide <= room, widths

@@ -12,6 +12,7 @@ its plan can still be looked at.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -46,7 +47,7 @@ from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.screens.confirm import ConfirmScreen
-from gpuops.tui.table import Cell, Column, LiveTable, Row, table_width
+from gpuops.tui.table import GAP, Cell, Column, LiveTable, Row, column_widths, table_width
 from gpuops.tui.widgets import whole_parts
 from gpuops.views.common import short_model
 
@@ -114,6 +115,10 @@ GPU_COLUMNS = (
     Column("Used by (window)", "users"),
     Column("Live carving", "carving"),
 )
+# The GPU list on a narrow terminal: model, owner and mean busy left out (the GPU's own screen
+# and the team table have them); who used it and its carving cut to what the width leaves.
+NARROW_GPU_KEYS = ("mark", "gpu", "in", "p95", "now", "users", "carving")
+NARROW_USERS = 18  # "vision 95%, chat 3%" and the like; longer lists end in an ellipsis
 MARK = "●"
 CHANGED = "bold #ffd75f"
 POOL_STYLE = render.POOL_COLOR
@@ -124,6 +129,22 @@ ALL_TEAMS = "(all teams)"  # the key of the totals row (no team name has parenth
 
 # Actions that change the fleet (app.DESTRUCTIVE_ACTIONS lists them: --readonly refuses them).
 CHANGES = POOL_CHANGES
+
+
+def _narrow_gpu_table(rows: list[Row], room: int) -> tuple[tuple[Column, ...], list[Row]]:
+    """The GPU list's narrow columns and rows: the last column (the carving) gets what the others
+    leave of `room`, at least its label's width (the table scrolls sideways only then)."""
+    keep = [i for i, c in enumerate(GPU_COLUMNS) if c.key in NARROW_GPU_KEYS]
+    short = {"p95": ("p95", None), "users": ("Used by", NARROW_USERS)}
+    narrow = [
+        dataclasses.replace(c, label=short[c.key][0], max_width=short[c.key][1]) if c.key in short else c
+        for c in (GPU_COLUMNS[i] for i in keep)
+    ]
+    picked: list[Row] = [(key, tuple(cells[i] for i in keep)) for key, cells in rows]
+    widths = column_widths(narrow, picked)
+    left = room - sum(widths[:-1]) - GAP * len(narrow) - 1
+    narrow[-1] = dataclasses.replace(narrow[-1], max_width=max(len(narrow[-1].label), left))
+    return tuple(narrow), picked
 
 
 def _gpus(value: float) -> str:
@@ -533,6 +554,11 @@ class PoolScreen(ViewScreen):
                     ),
                 )
             )
+        room = table.size.width or self.size.width
+        if room and table_width(GPU_COLUMNS, rows) > room:
+            table.columns, rows = _narrow_gpu_table(rows, room)
+        else:
+            table.columns = GPU_COLUMNS
         table.set_rows(rows)
 
     @staticmethod
