@@ -208,3 +208,43 @@ def test_the_fleet_is_tied_to_the_process_not_to_the_thread_that_started_it(tmp_
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+# A demo that stops its tied fleet and is SIGKILLed just after the fleet has exited, before its
+# own clean-up runs (the terminal's whole process group killed while `stop` waits).
+_KILLED_WHILE_STOPPING = """
+import os, signal, sys
+from pathlib import Path
+from gpuops.fleet.simfleet import launch, runner
+directory = Path(sys.argv[1])
+started = launch(directory, "silos", 2, tied=True)
+real = runner._terminate
+
+def terminate_then_die(pid, timeout):
+    real(pid, timeout)  # SIGTERM, and wait until the fleet has exited
+    os.kill(os.getpid(), signal.SIGKILL)
+
+runner._terminate = terminate_then_die
+runner.stop(directory)
+"""
+
+
+def test_a_demo_killed_while_it_stops_its_fleet_leaves_no_directory(tmp_path: Path) -> None:
+    """The fleet used to check its lifeline as it exited, while the demo (stopping it) still held
+    the other end, and left the directory to the demo; killed right then, nobody removed it. The
+    demo now lets go of the lifeline before SIGTERM: the fleet removes its directory itself."""
+    directory = tmp_path / "fleet"
+    demo = subprocess.run(
+        [sys.executable, "-c", _KILLED_WHILE_STOPPING, str(directory)],
+        cwd=REPO,
+        env=_env(tmp_path),
+        capture_output=True,
+        timeout=120,
+    )
+    assert demo.returncode == -signal.SIGKILL, demo.stderr
+    deadline = time.monotonic() + 30
+    while directory.exists():
+        assert time.monotonic() < deadline, (
+            f"{directory} left behind: {sorted(p.name for p in directory.iterdir())}"
+        )
+        time.sleep(0.1)

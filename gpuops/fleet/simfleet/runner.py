@@ -782,8 +782,11 @@ def stop(directory: Path, timeout: float = STOP_TIMEOUT) -> str:
             raise SimFleetError(f"a simulated fleet is starting in {directory} but has written no pid yet")
     if not _is_ours(pid):
         raise SimFleetError(f"pid {pid} in {paths.pid} is not a sim fleet process; not stopping it")
-    clean = _terminate(pid, timeout)
+    # A tied fleet's lifeline goes first: the fleet then stops and removes its directory itself.
+    # Held until after SIGTERM, the fleet checked it while this process still lived and left the
+    # directory to it, which was never removed if this process was killed right then.
     _release_lifeline(directory)
+    clean = _terminate(pid, timeout)
     for path in (paths.ready, paths.pid):
         with contextlib.suppress(OSError):
             path.unlink()
