@@ -24,6 +24,16 @@ def _env(tmp: Path) -> dict[str, str]:
     return {**os.environ, "TMPDIR": str(tmp), "COLUMNS": "120", "LINES": "40", "TERM": "xterm-256color"}
 
 
+def _assert_removed(directory: Path, within: float) -> None:
+    """The fleet's directory is gone within `within` seconds (its fleet removes it)."""
+    deadline = time.monotonic() + within
+    while directory.exists():
+        if time.monotonic() >= deadline:
+            left = sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+            raise AssertionError(f"{directory} left behind: {left}")
+        time.sleep(0.1)
+
+
 def _fleet_of(demo: int, deadline_s: float) -> tuple[int, Path]:
     """The demo's fleet process (its child running simfleet serve) and its --dir, once started."""
     deadline = time.monotonic() + deadline_s
@@ -135,10 +145,7 @@ def test_hang_up_ends_the_fleet_and_removes_its_directory(tmp_path: Path, when: 
         demo.send_signal(signal.SIGHUP)
         demo.wait(timeout=30)
         assert _ended(fleet, 20), f"fleet pid {fleet} still runs after the demo's SIGHUP"
-        deadline = time.monotonic() + 10
-        while directory.exists():
-            assert time.monotonic() < deadline, f"{directory} left behind: {list(directory.iterdir())}"
-            time.sleep(0.1)
+        _assert_removed(directory, 10)
     finally:
         if master >= 0:
             os.close(master)
@@ -156,10 +163,7 @@ def test_a_killed_demo_takes_its_fleet_along(tmp_path: Path) -> None:
         demo.kill()
         demo.wait(timeout=10)
         assert _ended(fleet, 20), f"fleet pid {fleet} outlived the killed demo"
-        deadline = time.monotonic() + 30
-        while directory.exists():
-            assert time.monotonic() < deadline, f"{directory} left behind"
-            time.sleep(0.1)
+        _assert_removed(directory, 30)
     finally:
         os.close(master)
 
@@ -200,10 +204,7 @@ def test_the_fleet_is_tied_to_the_process_not_to_the_thread_that_started_it(tmp_
         holder.kill()
         holder.wait(timeout=10)
         assert _ended(fleet, 20), f"fleet pid {fleet} outlived the killed process"
-        deadline = time.monotonic() + 30
-        while directory.exists():
-            assert time.monotonic() < deadline, f"{directory} left behind"
-            time.sleep(0.1)
+        _assert_removed(directory, 30)
     finally:
         if holder.poll() is None:
             holder.kill()
@@ -242,9 +243,4 @@ def test_a_demo_killed_while_it_stops_its_fleet_leaves_no_directory(tmp_path: Pa
         timeout=120,
     )
     assert demo.returncode == -signal.SIGKILL, demo.stderr
-    deadline = time.monotonic() + 30
-    while directory.exists():
-        assert time.monotonic() < deadline, (
-            f"{directory} left behind: {sorted(p.name for p in directory.iterdir())}"
-        )
-        time.sleep(0.1)
+    _assert_removed(directory, 30)
