@@ -780,3 +780,40 @@ def test_the_gpu_list_fits_80_columns(sim: Launched, tmp_path: Path) -> None:
     assert not {"Model", "Owner", "Mean busy"} & set(labels), labels
     wide, room, labels = widths[200]
     assert "Model" in labels and "Mean busy" in labels and wide <= room, widths
+
+
+def test_a_move_under_review_keeps_the_wide_gpu_list(sim: Launched, tmp_path: Path) -> None:
+    """A terminal a little wider than the GPU list: a GPU under review ("silo → pool shared", 14
+    cells more) must not switch the list to its narrow columns; the free text at the end (who used
+    it, the carving) gives up the room first. Before, the list lost Model, Owner and Mean busy as
+    soon as a move widened it past the screen, and its columns jumped under the operator's eyes
+    (a CI run at 160 columns read "0%" where it expected the In column)."""
+    path = own_copy(sim, tmp_path)
+    app = pool_app(path)
+    seen: dict[str, object] = {}
+
+    async def script(pilot: Pilot[None]) -> None:
+        screen = await open_pool(pilot)
+        table = screen.query_one("#pool-gpus", LiveTable)
+        full = tuple(c.label for c in table.columns)
+        await pilot.resize_terminal(table.virtual_size.width + 10, 50)
+        await pilot.pause()
+        await pilot.pause()
+        before = tuple(c.label for c in table.columns)
+        table.move_to_key("sim-robotics-01:0")
+        await pilot.press("m")
+        await settled(pilot, screen)
+        seen.update(
+            full=full,
+            before=before,
+            after=tuple(c.label for c in table.columns),
+            widths=(table.virtual_size.width, table.size.width),
+            where=rows(app, "#pool-gpus")["sim-robotics-01:0"],
+        )
+        await pilot.press("q")
+
+    run(app, script, size=(200, 50))
+    assert seen["full"] == seen["before"] == seen["after"] and "Model" in seen["after"], seen  # type: ignore[operator]
+    wide, room = seen["widths"]  # type: ignore[misc]
+    assert wide <= room, seen
+    assert seen["where"][4] == "silo → pool shared", seen  # type: ignore[index]

@@ -119,6 +119,7 @@ GPU_COLUMNS = (
 # and the team table have them); who used it and its carving cut to what the width leaves.
 NARROW_GPU_KEYS = ("mark", "gpu", "in", "p95", "now", "users", "carving")
 NARROW_USERS = 18  # "vision 95%, chat 3%" and the like; longer lists end in an ellipsis
+MIN_CARVING = 20  # the carving cells kept before the list drops to its narrow columns
 MARK = "●"
 CHANGED = "bold #ffd75f"
 POOL_STYLE = render.POOL_COLOR
@@ -129,6 +130,21 @@ ALL_TEAMS = "(all teams)"  # the key of the totals row (no team name has parenth
 
 # Actions that change the fleet (app.DESTRUCTIVE_ACTIONS lists them: --readonly refuses them).
 CHANGES = POOL_CHANGES
+
+
+def _fitted_gpu_table(rows: list[Row], room: int) -> tuple[tuple[Column, ...], list[Row]]:
+    """The GPU list's columns for `room` cells: every column while cutting the free text at the end
+    (who used it, the carving) makes them fit, else the narrow set. A move under review widens the
+    In column by 14 cells; cutting text first keeps the columns from jumping under the operator."""
+    if not room or table_width(GPU_COLUMNS, rows) <= room:
+        return GPU_COLUMNS, rows
+    cut = [dataclasses.replace(c, max_width=NARROW_USERS) if c.key == "users" else c for c in GPU_COLUMNS]
+    widths = column_widths(cut, rows)
+    left = room - sum(widths[:-1]) - GAP * len(cut) - 1
+    if left >= min(widths[-1], MIN_CARVING):
+        cut[-1] = dataclasses.replace(cut[-1], max_width=left)
+        return tuple(cut), rows
+    return _narrow_gpu_table(rows, room)
 
 
 def _narrow_gpu_table(rows: list[Row], room: int) -> tuple[tuple[Column, ...], list[Row]]:
@@ -262,7 +278,8 @@ class PoolScreen(ViewScreen):
     def on_resize(self) -> None:
         self.set_class(self.size.height < self.SHORT, "short")
         if self.view is not None:
-            self.call_after_refresh(self._teams)  # its columns are chosen for the width
+            self.call_after_refresh(self._teams)  # their columns are chosen for the width
+            self.call_after_refresh(self._gpu_rows)
 
     def on_screen_resume(self) -> None:
         super().on_screen_resume()
@@ -554,11 +571,7 @@ class PoolScreen(ViewScreen):
                     ),
                 )
             )
-        room = table.size.width or self.size.width
-        if room and table_width(GPU_COLUMNS, rows) > room:
-            table.columns, rows = _narrow_gpu_table(rows, room)
-        else:
-            table.columns = GPU_COLUMNS
+        table.columns, rows = _fitted_gpu_table(rows, table.size.width or self.size.width)
         table.set_rows(rows)
 
     @staticmethod
