@@ -78,7 +78,10 @@ def test_an_injected_xid_through_both_exporters_rules_and_alert(
             )
             assert {s.labels["job"]: s.value for s in slices} == {"gpuops-node": 22.0, "gpuops-fleet": 22.0}
             ratios = prom.query("gpuops_mig_instance_utilization_ratio{job='gpuops-node'}")
-            assert all(0.0 <= s.value <= 1.0 for s in ratios) and any(s.value > 0.1 for s in ratios)
+            assert all(0.0 <= s.value <= 1.0 for s in ratios), ratios
+            # Eight slices serve inference (2 embedding servers, 6 small ones): never idle, though
+            # at night and in their first two minutes (warm-up) they run at a few percent.
+            assert sum(s.value > 0.0 for s in ratios) >= 8, sorted(s.value for s in ratios)
             assert all(s.labels["GPU_I_ID"] and s.labels["GPU_I_PROFILE"] for s in ratios)
     finally:
         down = _gpuops("sim", "down", "--dir", str(directory))
