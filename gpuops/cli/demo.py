@@ -34,7 +34,8 @@ def register(app: typer.Typer) -> None:
         plain: bool = typer.Option(
             False,
             "--plain",
-            help="A live table instead of the full-screen view (the default without a terminal).",
+            help="A live table instead of the full-screen view, for pipes and CI: "
+            "without a terminal the demo refuses to start unless given --plain.",
         ),
         readonly: bool = typer.Option(
             False, "--readonly", help="Disable every action that changes the fleet."

@@ -127,6 +127,23 @@ def test_demo_without_a_terminal_refuses_and_leaves_nothing(tmp_path: Path) -> N
     assert list(tmp_path.iterdir()) == []
 
 
+def test_demo_help_says_plain_is_needed_without_a_terminal(tmp_path: Path) -> None:
+    # The help called --plain "the default without a terminal", where the demo refuses instead.
+    shown = subprocess.run(
+        [sys.executable, "-m", "gpuops", "demo", "--help"],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env={**_env(tmp_path), "COLUMNS": "200"},
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [line for line in shown.stdout.decode().splitlines() if "--plain" in line]
+    words = " ".join(line.strip("│ ").split())
+    assert "the default without a terminal" not in words
+    assert "without a terminal the demo refuses to start unless given --plain" in words
+
+
 @pytest.mark.parametrize("when", ["starting", "on screen"])
 def test_hang_up_ends_the_fleet_and_removes_its_directory(tmp_path: Path, when: str) -> None:
     demo, master = _demo_on_a_pty(tmp_path)
