@@ -47,10 +47,9 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Start a simulated fleet on loopback and watch it live (q quits and stops the fleet)."""
-        from gpuops.cli.fleet import load_or_fail, run_live
+        from gpuops.cli.fleet import load_or_fail, watch
         from gpuops.cli.tui import fleet_source, run_tui
         from gpuops.fleet.simfleet import ScenarioError, SimFleetError, launch, stop
-        from gpuops.fleet.ssh import run
 
         if interval < 0.1:
             fail("--interval must be at least 0.1 seconds", code=2)
@@ -89,7 +88,7 @@ def register(app: typer.Typer) -> None:
                     )
                     fleet = load_or_fail(where)
                     with contextlib.suppress(KeyboardInterrupt):
-                        run(run_live(fleet, interval, url=url))
+                        watch(fleet, interval, url=url)
             finally:
                 typer.echo(stop(directory))
 

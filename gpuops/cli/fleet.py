@@ -302,17 +302,29 @@ def register(app: typer.Typer) -> None:
                 fail("give either --once or --count, not both", code=2)
             discover_fleet(fleet_file, as_json, timeout=DISCOVERY_TIMEOUT, prometheus=prometheus)
             return
-        has_file = fleet_file is not None
-        console = CliConsole()
         with contextlib.suppress(KeyboardInterrupt):
-            if as_json or not console.is_terminal:
-                from gpuops.cli.status_lines import json_line, print_lines, summary_line
+            watch(fleet, every, count, url, fleet_file is not None, as_json)
 
-                line = json_line(lambda s: snapshot_json(s, fleet)) if as_json else summary_line
-                source = live_fleet(fleet, url, every, has_file)
-                run(print_lines(source, every, count, line, DISCOVERY_TIMEOUT))
-            else:
-                run(run_live(fleet, every, count, url, has_file))
+
+def watch(
+    fleet: Fleet,
+    every: float,
+    count: int | None = None,
+    url: str | None = None,
+    has_file: bool = True,
+    as_json: bool = False,
+) -> None:
+    """`status`' live view (and the demo's plain one): the tables redrawn on a terminal; without
+    one, or with --json, a line per refresh, since rich would print a live table only when it
+    stops and a reader would get nothing until then."""
+    if as_json or not CliConsole().is_terminal:
+        from gpuops.cli.status_lines import json_line, print_lines, summary_line
+
+        line = json_line(lambda s: snapshot_json(s, fleet)) if as_json else summary_line
+        source = live_fleet(fleet, url, every, has_file)
+        run(print_lines(source, every, count, line, DISCOVERY_TIMEOUT))
+    else:
+        run(run_live(fleet, every, count, url, has_file))
 
 
 async def run_live(

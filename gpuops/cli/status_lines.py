@@ -46,7 +46,11 @@ def summary_line(snapshot: FleetSnapshot) -> str:
     if not_live:
         parts.append("not live: " + ", ".join(not_live))
     health = snapshot.source
-    if health is not None and health.state != LIVE:
+    if health is not None and health.state == LIVE:
+        # As the table's title says it: a log of these lines must tell a Prometheus' figures
+        # from the nodes' own.
+        parts.insert(1, f"from {health.kind} {health.where}")
+    elif health is not None:
         parts.insert(
             1, f"source {health.state}: {health.where}" + (f" ({health.reason})" if health.reason else "")
         )

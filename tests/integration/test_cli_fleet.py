@@ -123,9 +123,6 @@ def test_a_broken_fleet_file_gives_located_errors(tmp_path: Path) -> None:
 
 
 def test_demo_shows_a_live_fleet_and_leaves_nothing_behind() -> None:
-    import signal
-    import time
-
     demo = subprocess.Popen(
         [sys.executable, "-m", "gpuops", "demo", "--plain", "--interval", "0.5"],
         stdout=subprocess.PIPE,
@@ -133,14 +130,18 @@ def test_demo_shows_a_live_fleet_and_leaves_nothing_behind() -> None:
         cwd=REPO,
         env={**os.environ, "COLUMNS": "200"},
     )
-    # --plain: the live table is printed when it stops; give the fleet time to answer.
-    time.sleep(8)
+    # --plain in a pipe: status' lines as they happen (it printed nothing until it was stopped).
+    lines = [line for _, line in _lines_as_they_come(demo, 4, 40)]
     demo.send_signal(signal.SIGINT)
-    out = demo.communicate(timeout=30)[0].decode(errors="replace")
-    assert demo.returncode == 0, out[-2000:]
-    assert "8 nodes: 8 live" in out, out[-2000:]
-    assert "robotics" in out and "stopped" in out
-    directory = out.split("(", 1)[1].split(")", 1)[0].rsplit("/", 1)[0]
+    rest = demo.communicate(timeout=30)[0].decode(errors="replace")
+    assert demo.returncode == 0, rest[-2000:]
+    started, *refreshes = lines
+    assert started.endswith("Ctrl-C stops it"), started
+    assert all(" 8 nodes: " in line and "/48 GPUs busy" in line for line in refreshes), refreshes
+    assert any(" 8 nodes: 8 live," in line for line in refreshes), refreshes
+    (stopped,) = [line for line in rest.splitlines() if "stopped" in line]
+    assert stopped.startswith("simulated fleet in ") and stopped.endswith(" stopped"), rest[-2000:]
+    directory = started.split("(", 1)[1].split(")", 1)[0].rsplit("/", 1)[0]
     left = subprocess.run(["pgrep", "-f", f"simfleet serve --dir {directory}"], capture_output=True)
     assert left.returncode == 1, left.stdout
 

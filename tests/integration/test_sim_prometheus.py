@@ -120,7 +120,7 @@ def test_demo_prometheus_watches_the_fleet_through_prometheus() -> None:
         cwd=REPO,
         env={**os.environ, "COLUMNS": "200"},
     )
-    # --plain: the live table is printed when it stops; give Prometheus time to scrape.
+    # --plain in a pipe: a status line per refresh; give Prometheus time to scrape.
     time.sleep(10)
     demo.send_signal(signal.SIGINT)
     out = demo.communicate(timeout=30)[0].decode(errors="replace")
