@@ -15,6 +15,7 @@ dashboard shows an old figure as a current one.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -164,6 +165,11 @@ class FleetMetrics:
             "SM utilization of a MIG GPU instance from NVML's GPM (0..1; Hopper and newer)",
             MIG_LABELS,
         )
+        mig_procs = _gauge(
+            "gpuops_mig_instance_processes",
+            "Processes on a MIG GPU instance (a slice's busy evidence where NVML has no utilization)",
+            MIG_LABELS,
+        )
         for view in snapshot.nodes:
             if not _current(view):
                 continue
@@ -201,7 +207,12 @@ class FleetMetrics:
                     ratio = as_float(mig.sm_utilization_percent)
                     if ratio is not None:  # NOT_SUPPORTED (Ampere), NO_DATA: no series
                         mig_util.add_metric(mig_values, round(ratio / 100.0, 9))
-        return [info_f, util, used, total, power, temp, mig_used, mig_util]
+                if gpu.mig is not None and gpu.mig.current:
+                    on = Counter(p.gpu_instance_id for p in gpu.processes)
+                    for gi in gpu.mig.gpu_instances:
+                        where = [*values[:4], gi.profile_name, str(gi.id), *values[5:]]
+                        mig_procs.add_metric(where, float(on.get(gi.id, 0)))
+        return [info_f, util, used, total, power, temp, mig_used, mig_util, mig_procs]
 
     def _gpu_values(self, view: NodeView, gpu: Gpu, host: str) -> list[str]:
         info = gpu.info

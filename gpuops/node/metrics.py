@@ -14,6 +14,7 @@ Standard library only at module level; valid Python 3.8 (runs on GPU nodes).
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -184,6 +185,11 @@ class NodeCollector:
             "SM utilization of a MIG GPU instance from NVML's GPM (0..1; Hopper and newer)",
             MIG_LABELS,
         )
+        mig_procs = gauge(
+            "gpuops_mig_instance_processes",
+            "Processes on a MIG GPU instance (a slice's busy evidence where NVML has no utilization)",
+            MIG_LABELS,
+        )
         for gpu in sample.gpus:
             values = self._gpu_values(gpu, sample.hostname, node)
             mode = "" if gpu.mig is None else "enabled" if gpu.mig.current else "disabled"
@@ -215,7 +221,12 @@ class NodeCollector:
                 number = _number(mig.sm_utilization_percent)
                 if number is not None:  # NOT_SUPPORTED (Ampere), NO_DATA (first sample): none
                     mig_util.add(mig_values, round(number / 100.0, 9))
-        return [info_f, util, used, total, power, temp, mig_used, mig_util]
+            if gpu.mig is not None and gpu.mig.current:
+                on = Counter(p.gpu_instance_id for p in gpu.processes)
+                for gi in gpu.mig.gpu_instances:
+                    where = (*values[:4], gi.profile_name, str(gi.id), sample.hostname, node)
+                    mig_procs.add(where, float(on.get(gi.id, 0)))
+        return [info_f, util, used, total, power, temp, mig_used, mig_util, mig_procs]
 
     def _xid_family(self, sample: NodeSample, node: str) -> Family:
         fam = Family(

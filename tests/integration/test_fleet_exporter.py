@@ -234,7 +234,17 @@ def test_a_scrape_agrees_with_discover(sshd_loopback: Sshd, tmp_path: Path) -> N
                 **{k: v for k, v in labels.items() if k != "pci_bus_id"},
             )
             assert got == m["memory_used_bytes"]
+        for gi in gpu["mig"]["gpu_instances"] if gpu["mig"] and gpu["mig"]["current"] else ():
+            got = one(
+                series,
+                "gpuops_mig_instance_processes",
+                GPU_I_ID=str(gi["id"]),
+                GPU_I_PROFILE=gi["profile_name"],
+                **{k: v for k, v in labels.items() if k != "pci_bus_id"},
+            )
+            assert got == sum(1 for p in gpu["processes"] if p["gpu_instance_id"] == gi["id"]), gi
     assert len(series["gpuops_mig_instance_memory_used_bytes"]) == 3
+    assert len(series["gpuops_mig_instance_processes"]) == 3
 
     # Tenants: what each team uses on the node, worked out from discover's processes.
     used, memory = _tenants_from(node)

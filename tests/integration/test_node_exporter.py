@@ -112,7 +112,19 @@ def test_metrics_are_the_sample_the_agent_took(tmp_path: Path, entry: tuple[str,
                 **labels,
             )
             assert got == mig.memory_used_bytes
+        # Each GPU instance's processes: a slice's busy evidence where NVML has no utilization.
+        for gi in gpu.mig.gpu_instances if gpu.mig and gpu.mig.current else ():
+            got = one(
+                series,
+                "gpuops_mig_instance_processes",
+                GPU_I_ID=str(gi.id),
+                GPU_I_PROFILE=gi.profile_name,
+                **labels,
+            )
+            assert got == sum(1 for p in gpu.processes if p.gpu_instance_id == gi.id), (gi, labels)
     assert any(g.mig_samples for g in expected.gpus)  # the demo node has MIG slices to check
+    assert any(v > 0 for _, v in series["gpuops_mig_instance_processes"])
+    assert any(v == 0 for _, v in series["gpuops_mig_instance_processes"])
     assert any(isinstance(g.sample.utilization_gpu_percent, NotAvailable) for g in expected.gpus if g.sample)
     for name, values in series.items():
         if name.startswith("gpuops_gpu_"):

@@ -252,7 +252,7 @@ def test_rules_and_dashboards_in_a_real_prometheus(
             for rule in group["rules"]:
                 assert rule["health"] in ("ok", "unknown"), f"{rule['name']}: {rule.get('lastError')}"
 
-        # What the fleet above implies: n1/0 busy by utilization, n2/0 (MIG) by memory, n1/2 idle;
+        # What the fleet above implies: n1/0 busy by utilization, n2/0 (MIG) by its slice at 50%, n1/2 idle;
         # pooled GPUs are the pool's.
         assert _by(prom.query("team:gpuops_gpus_busy:sum"), "team") == {"vision": 1, "nlp": 1}
         assert _by(prom.query("team:gpuops_gpus_idle:sum"), "team") == {"vision": 1, "nlp": 0}

@@ -70,6 +70,13 @@ def test_an_injected_xid_through_both_exporters_rules_and_alert(
                 (r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"
             ]
             assert prom.wait_for("team:gpuops_gpus_busy:sum{team='chat'}", timeout=30)
+            # Every silo GPU counts once, busy or idle, the platform's MIG GPUs too (a MIG GPU is
+            # busy by its slices: utilization, else a process); the idle silo is idle.
+            busy = {s.labels["team"]: s.value for s in prom.query("team:gpuops_gpus_busy:sum")}
+            idle = {s.labels["team"]: s.value for s in prom.query("team:gpuops_gpus_idle:sum")}
+            silos = {"vision": 8, "speech": 4, "robotics": 8, "chat": 8, "platform": 4}
+            assert {t: busy[t] + idle[t] for t in busy} == silos, (busy, idle)
+            assert busy["robotics"] == 0, busy
 
             # MIG slices' utilization (GPM on the simulated H100s): every GPU instance of the
             # platform node, from each exporter.
