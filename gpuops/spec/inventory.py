@@ -14,6 +14,13 @@ carry how fleet.yaml reaches the node, so Ansible connects the way gpuops does:
   because OpenSSH hands no `-o` option to the connection ProxyJump opens;
 - `ansible_python_interpreter` when fleet.yaml names a Python for the node (`agent.python`);
 - `gpuops_prefix`, `gpuops_backend`, `gpuops_sim_spec`: the node side as fleet.yaml starts it.
+
+Ansible templates the variables an inventory gives, and a template can run commands on the
+operator machine (`lookup('pipe', ...)`). Every string written here is marked as data, never a
+template, whatever field it comes from: `!unsafe` in the YAML inventory, `{"__ansible_unsafe": ...}`
+in the `--list`/`--host` JSON (the form Ansible's script inventory reads as unsafe). Validation
+keeps template syntax out of fleet.yaml's file paths in the first place (spec/types.py); this is
+the second wall, for whatever field a later change adds.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ import math
 import re
 import shlex
 from typing import Any
+
+from ruamel.yaml.comments import TaggedScalar
 
 from gpuops.spec.model import DEFAULT_PYTHON, Fleet, JumpSettings, NodeEntry, SshSettings
 
@@ -133,9 +142,22 @@ def _groups(fleet: Fleet) -> dict[str, list[str]]:
     return groups
 
 
+def _unsafe_yaml(value: Any) -> Any:
+    """A host variable for the YAML inventory: strings tagged `!unsafe` (data, never a template)."""
+    return TaggedScalar(value, style='"', tag="!unsafe") if isinstance(value, str) else value
+
+
+def _unsafe_json(value: Any) -> Any:
+    """A host variable for the JSON inventory: strings as `{"__ansible_unsafe": ...}`."""
+    return {"__ansible_unsafe": value} if isinstance(value, str) else value
+
+
 def inventory(fleet: Fleet) -> dict[str, Any]:
     """The YAML inventory: `all:` with `gpuops_nodes` (hosts and their variables) and the teams."""
-    nodes = {node.name: host_vars(fleet, node) for node in fleet.nodes}
+    nodes = {
+        node.name: {key: _unsafe_yaml(value) for key, value in host_vars(fleet, node).items()}
+        for node in fleet.nodes
+    }
     children: dict[str, Any] = {ALL_NODES: {"hosts": nodes}}
     for group, hosts in _groups(fleet).items():
         children[group] = {"hosts": {name: None for name in hosts}}
@@ -144,7 +166,7 @@ def inventory(fleet: Fleet) -> dict[str, Any]:
 
 def dynamic_list(fleet: Fleet) -> dict[str, Any]:
     """`--list`: what a dynamic inventory script prints (groups, and `_meta.hostvars`)."""
-    hostvars = {node.name: host_vars(fleet, node) for node in fleet.nodes}
+    hostvars = {node.name: dynamic_host(fleet, node.name) for node in fleet.nodes}
     groups = _groups(fleet)
     out: dict[str, Any] = {
         "_meta": {"hostvars": hostvars},
@@ -158,4 +180,4 @@ def dynamic_list(fleet: Fleet) -> dict[str, Any]:
 
 def dynamic_host(fleet: Fleet, name: str) -> dict[str, Any]:
     """`--host NAME`: one node's variables; KeyError names a node fleet.yaml does not have."""
-    return host_vars(fleet, fleet.node(name))
+    return {key: _unsafe_json(value) for key, value in host_vars(fleet, fleet.node(name)).items()}

@@ -35,6 +35,7 @@ REMOTE_PATH_RE = re.compile(r"^[A-Za-z0-9_./+@=,][A-Za-z0-9_./+@=,-]*\Z")
 _SHELL_CHARS = set("`$;|&<>()'\"\\*?!{}[]#~")
 
 MAX_PATH = 4096
+_TEMPLATE_MARKS = ("{{", "{%", "{#")  # Jinja's openers, which Ansible templates
 MAX_TEXT = 500
 
 
@@ -219,6 +220,12 @@ def check_local_path(value: Any) -> str:
         raise FieldProblem(f"path must not start with '-' (got {show(text)})", "write ./" + text)
     if any(not c.isprintable() for c in text) or len(text) > MAX_PATH:
         raise FieldProblem(f"not a usable file path (got {show(text)})")
+    if any(mark in text for mark in _TEMPLATE_MARKS):
+        # gpuops writes these paths into Ansible inventories, and Ansible would run a template.
+        raise FieldProblem(
+            f"a file path must not hold template syntax ({{{{, {{% or {{#}}) (got {show(text)})",
+            "gpuops inventory passes paths to Ansible, which would run it as a template",
+        )
     return text
 
 

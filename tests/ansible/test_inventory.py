@@ -63,8 +63,14 @@ def ansible_view(inventory: Path, tmp_path: Path) -> dict[str, Any]:
     )
     assert r.returncode == 0, r.stderr
     assert "[WARNING]" not in r.stderr, r.stderr
-    data: dict[str, Any] = json.loads(r.stdout)
+    data: dict[str, Any] = json.loads(r.stdout, object_hook=_as_data)
     return data
+
+
+def _as_data(obj: dict[str, Any]) -> Any:
+    """Ansible prints a string it holds as data (never templated) as `{"__ansible_unsafe": s}`:
+    every string of the inventory gpuops writes is one (issue 26), read here as the string."""
+    return obj["__ansible_unsafe"] if set(obj) == {"__ansible_unsafe"} else obj
 
 
 def test_yaml_inventory_as_ansible_reads_it(fleet: Path, tmp_path: Path) -> None:
@@ -117,8 +123,13 @@ def test_dynamic_inventory_list_and_host(fleet: Path, tmp_path: Path) -> None:
 
     one = gpuops("inventory", "-f", str(fleet), "--host", "gpu-c", cwd=tmp_path)
     assert one.returncode == 0, one.stderr
-    hostvars = json.loads(one.stdout)
+    hostvars = json.loads(one.stdout, object_hook=_as_data)
     assert hostvars == seen["_meta"]["hostvars"]["gpu-c"]
+    assert all(
+        value == {"__ansible_unsafe": hostvars[key]}
+        for key, value in json.loads(one.stdout).items()
+        if isinstance(hostvars[key], str)
+    )
     args = shlex.split(hostvars["ansible_ssh_common_args"])
     (proxy,) = [x for x in args if x.startswith("ProxyCommand=")]
     assert shlex.split(proxy.removeprefix("ProxyCommand="))[-1] == "10.0.0.9"
@@ -144,3 +155,149 @@ def test_teams_that_would_share_a_group_are_refused(tmp_path: Path) -> None:
     assert (r.returncode, r.stdout) == (1, "")
     assert "'nlp-x' and 'nlp_x' would both be the Ansible group 'team_nlp_x'" in r.stderr
     assert r.stderr.count("\n") == 1
+
+
+# Issue 26 item 1: what gpuops writes into an inventory reaches Ansible as data, never as a template.
+
+
+def _lookup(marker: Path) -> str:
+    return "{{ lookup('pipe', 'touch " + str(marker) + "') }}"
+
+
+def _run_ansible(inventory: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """A real `ansible` run over the inventory whose debug task templates every variable of every
+    host (`hostvars`), as a playbook's tasks and connections would. It runs with the local
+    connection: the hosts' addresses carry the lookups too, and nothing is sent anywhere."""
+    return subprocess.run(
+        [
+            ansible_tool("ansible"),
+            *("-i", str(inventory), "gpuops_nodes", "-c", "local"),
+            *("-m", "debug", "-a", "msg={{ hostvars[inventory_hostname] | to_json }}"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ansible_env(tmp_path),
+    )
+
+
+@pytest.mark.parametrize(
+    ("original", "evil", "where"),
+    [
+        ("known_hosts: known_hosts", 'known_hosts: "/kh{}"', "evil.yaml:5:16: ssh.known_hosts:"),
+        ("identity_file: keys/id_ed25519", 'identity_file: "k{}"', "evil.yaml:4:18: ssh.identity_file:"),
+        ("user: jump}", 'user: jump, identity_file: "j{}"}', "evil.yaml:7:"),
+        ("known_hosts: kh2}", 'known_hosts: "{}"}', "evil.yaml:21:"),
+    ],
+)
+def test_template_syntax_in_a_path_is_refused_by_validate_and_inventory(
+    original: str, evil: str, where: str, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    assert original in FLEET
+    (tmp_path / "evil.yaml").write_text(FLEET.replace(original, evil.replace("{}", _lookup(marker))))
+    for command in (
+        ["validate", str(tmp_path / "evil.yaml")],
+        ["inventory", "-f", str(tmp_path / "evil.yaml")],
+    ):
+        r = gpuops(*command, cwd=tmp_path)
+        assert r.returncode == 1 and r.stdout == "", (command, r.stdout)
+        assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+        assert where in r.stderr and "must not hold template syntax" in r.stderr, r.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("form", ["yaml", "list", "host"])
+def test_every_string_in_an_inventory_reaches_ansible_as_data(form: str, tmp_path: Path) -> None:
+    """Every string field gpuops writes carries a lookup (validation is what keeps them out of
+    fleet.yaml; this checks the second wall, the writer): a real ansible run over the inventory
+    runs none of them, and sees each value as written."""
+    marker = tmp_path / "ran"
+    (tmp_path / "fleet.yaml").write_text(FLEET)
+    fleet = hostile_copy(tmp_path / "fleet.yaml", _lookup(marker))
+    if form == "yaml":
+        inventory = tmp_path / "hosts.yml"
+        inventory.write_text(render_inventory(fleet, "yaml"))
+    else:
+        data = tmp_path / "inventory.json"
+        data.write_text(render_inventory(fleet, "list"))
+        hosts = {name: render_inventory(fleet, "host", name) for name in ("gpu-a", "gpu-b", "gpu-c")}
+        for name, text in hosts.items():
+            (tmp_path / f"{name}.json").write_text(text)
+        inventory = tmp_path / "inventory.sh"
+        if form == "list":
+            body = f'[ "$1" = --list ] && exec cat {shlex.quote(str(data))}\n'
+        else:  # a script that leaves _meta out, so Ansible asks --host for each host
+            stripped = json.loads(render_inventory(fleet, "list"))
+            del stripped["_meta"]
+            (tmp_path / "groups.json").write_text(json.dumps(stripped))
+            body = (
+                f'[ "$1" = --list ] && exec cat {shlex.quote(str(tmp_path / "groups.json"))}\n'
+                f'exec cat {shlex.quote(str(tmp_path))}/"$2".json\n'
+            )
+        inventory.write_text("#!/bin/sh\n" + body)
+        inventory.chmod(0o755)
+    r = _run_ansible(inventory, tmp_path)
+    assert not marker.exists(), "a lookup written into the inventory ran on the operator machine"
+    seen = subprocess.run(
+        [ansible_tool("ansible-inventory"), "-i", str(inventory), "--host", "gpu-b"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=ansible_env(tmp_path),
+    )
+    assert seen.returncode == 0, seen.stderr
+    assert not marker.exists()
+    hostvars = json.loads(seen.stdout, object_hook=_as_data)
+    # Each value as written, the lookup text included (the debug run above printed them too).
+    assert hostvars["gpuops_prefix"].endswith(_lookup(marker))
+    assert "UserKnownHostsFile=/kh" + _lookup(marker) in shlex.split(hostvars["ansible_ssh_common_args"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("touch " + str(marker)) >= 3, r.stdout  # each host's values, as data
+
+
+def hostile_copy(path: Path, evil: str) -> Any:
+    """fleet.yaml loaded, then every string that reaches the inventory given `evil` at its end,
+    past validation (model_copy does not validate): host, user, key, known_hosts, the jump host's
+    user and key, Python, prefix, backend, scenario."""
+    from gpuops.spec.loader import load_fleet
+
+    fleet = load_fleet(path)
+    ssh = fleet.ssh.model_copy(
+        update={"user": "ops" + evil, "identity_file": "/k" + evil, "known_hosts": "/kh" + evil}
+    )
+    agent = fleet.agent.model_copy(update={"prefix": "/srv" + evil, "backend": "sim" + evil})
+    jumps = {
+        name: jump.model_copy(update={"user": "j" + evil, "identity_file": "/j" + evil})
+        for name, jump in fleet.jump_hosts.items()
+    }
+    nodes = []
+    for node in fleet.nodes:
+        # A jump literal is parsed again when settings are resolved: it stays a plain loopback one.
+        node_ssh = node.ssh and node.ssh.model_copy(
+            update={"jump_host": "root@127.0.0.1:1"}
+            if node.ssh.jump_host and "@" in node.ssh.jump_host
+            else {}
+        )
+        node_agent = (node.agent or type(fleet.agent)()).model_copy(
+            update={"python": "/usr/bin/python3" + evil, "sim_spec": "idle" + evil}
+        )
+        nodes.append(
+            node.model_copy(update={"host": "127.0.0.1" + evil, "agent": node_agent, "ssh": node_ssh})
+        )
+    copy = fleet.model_copy(update={"ssh": ssh, "agent": agent, "jump_hosts": jumps, "nodes": nodes})
+    copy._index = None  # the node index is a cache of the nodes replaced above
+    return copy
+
+
+def render_inventory(fleet: Any, form: str, host: str | None = None) -> str:
+    """The text `gpuops inventory` prints, from the same functions it calls."""
+    from gpuops.spec.dump import dump_yaml
+    from gpuops.spec.inventory import dynamic_host, dynamic_list, inventory
+
+    if form == "yaml":
+        return dump_yaml(inventory(fleet))
+    if form == "list":
+        return json.dumps(dynamic_list(fleet))
+    assert host is not None
+    return json.dumps(dynamic_host(fleet, host))
