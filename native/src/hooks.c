@@ -143,7 +143,7 @@ static int load_last_good(struct gl_table *t, char *why, size_t n) {
         snprintf(why, n, "%s: %s", G.dir, strerror(errno));
         return -1;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); /* a FIFO must not block */
     if (fd < 0) {
         snprintf(why, n, "%s: %s", path, strerror(errno));
         return -1;
@@ -175,7 +175,7 @@ static void save_last_good(const char *text, size_t len) {
     if (stat(G.dir, &dst) != 0 || dst.st_uid != geteuid()) return;
     char path[600], tmp[640];
     table_path(path, sizeof path, "tenants.last-good");
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd >= 0) {
         size_t have = 0;
         char *old = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && !(st.st_mode & 022) ? read_all(fd, &st, &have) : NULL;
@@ -213,8 +213,24 @@ static void set_table(struct gl_table *t) {
     G.table_epoch++;
 }
 
+/* Whether the directory has no last good copy at all (lstat: a link, dangling or not, is a copy
+ * that is there).  Only a directory with neither the table nor this copy is ad-hoc use; a copy
+ * that is there but not trusted or not valid means the directory has had a table.  Anything
+ * other than "does not exist" (a directory we cannot search, ...) counts as there. */
+static int last_good_absent(char *why, size_t n) {
+    char path[600];
+    struct stat st;
+    table_path(path, sizeof path, "tenants.last-good");
+    if (lstat(path, &st) == 0) return 0;
+    if (errno == ENOENT) return 1;
+    snprintf(why, n, "%s: %s", path, strerror(errno));
+    return 0;
+}
+
 /* The table is unusable (why): keep what this process has, else the last good copy, else fail
- * closed; absent: a directory without a table, which is ad-hoc use unless the node is mandatory. */
+ * closed; absent: no table file.  Only a directory with no table and no last good copy, on a node
+ * that is not mandatory, is ad-hoc use (the environment describes the tenant); any other
+ * directory gets the closed default. */
 static void table_unusable(const char *path, const char *why, int absent) {
     if (G.table_ok) {
         GL_LOG(LOG_ERROR, "tenant table %s %s; keeping the last good limits", path, why);
@@ -228,12 +244,13 @@ static void table_unusable(const char *path, const char *why, int absent) {
                path, why, G.dir, (unsigned long long)t.generation);
         return;
     }
-    if (absent && !G.mandatory) return; /* never managed: the environment describes the tenant */
+    if (absent && !G.mandatory && last_good_absent(lg, sizeof lg))
+        return; /* never managed: the environment describes the tenant */
     if (!G.fail_closed) {
         G.fail_closed = 1;
         G.table_epoch++;
         GL_LOG(LOG_ERROR,
-               "tenant table %s %s and there is no last good table (%s): failing closed, every GPU allocation "
+               "tenant table %s %s and there is no usable last good table (%s): failing closed, every GPU allocation "
                "is refused and compute is held to 1%% (fixed-share, offline) until a valid table appears",
                path, why, lg);
     }
@@ -262,9 +279,15 @@ static void load_table(int force) {
     G.table_mtime_ns = mt;
     G.table_size = (uint64_t)st.st_size;
     G.table_ino = (uint64_t)st.st_ino;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block */
     if (fd < 0) {
         snprintf(why, sizeof why, "cannot be opened (%s)", strerror(errno));
+        table_unusable(path, why, 0);
+        return;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(why, sizeof why, "is not a regular file");
         table_unusable(path, why, 0);
         return;
     }

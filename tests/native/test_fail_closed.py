@@ -22,14 +22,14 @@ CAPPED = "tenant a memory=64MiB compute=50 policy=fixed-share class=online"
 GOOD = f"gpuops-limiter-table 1\ngeneration 7\n{CAPPED}\n"
 
 
-def fill(lab: Lab, **env: str) -> tuple[list[str], str]:
+def fill(lab: Lab, timeout: float = 60, **env: str) -> tuple[list[str], str]:
     """The filed evidence: 16 allocations of 60 MiB (960 of the fake GPU's 1024 MiB)."""
-    out, err = lab.run("init", *["alloc", "60m"] * 16, **env)
+    out, err = lab.run("init", *["alloc", "60m"] * 16, timeout=timeout, **env)
     return [a[0] for a in out["alloc"]], err
 
 
-def refused_everything(lab: Lab, **env: str) -> str:
-    results, err = fill(lab, **env)
+def refused_everything(lab: Lab, timeout: float = 60, **env: str) -> str:
+    results, err = fill(lab, timeout=timeout, **env)
     assert results == [OOM] * 16, f"no cap at all: {results}\n{err}"
     return err
 
@@ -119,6 +119,64 @@ def test_a_last_good_table_others_could_write_is_not_trusted(lab: Lab) -> None:
     lab.write_table("")
     err = refused_everything(lab)
     assert "writable by it alone" in err
+
+
+def untrusted_last_good(lab: Lab, case: str) -> None:
+    """Puts a tenants.last-good the library must not trust in lab's directory (no table)."""
+    kept = lab.dir / "tenants.last-good"
+    roomy = GOOD.replace("64MiB", "900MiB")
+    if case == "garbage":
+        kept.write_text("garbage\n")
+    elif case == "group-writable":
+        kept.write_text(roomy)
+        os.chmod(kept, 0o664)
+    elif case == "symlink":
+        target = lab.dir.parent / "elsewhere"
+        target.write_text(roomy)
+        kept.symlink_to(target)
+    elif case == "dangling-symlink":
+        kept.symlink_to(lab.dir.parent / "nothing-here")
+    elif case == "owned-by-someone-else":
+        kept.write_text(roomy)
+        os.chown(kept, 65534, 65534)
+    elif case == "directory":
+        kept.mkdir()
+    elif case == "fifo":
+        os.mkfifo(kept, 0o644)  # nobody writes it: a blocking open() would wait forever
+    else:
+        raise AssertionError(case)
+
+
+BAD_COPIES = ["garbage", "group-writable", "symlink", "dangling-symlink", "owned-by-someone-else"]
+
+
+@pytest.mark.parametrize("case", [*BAD_COPIES, "directory", "fifo"])
+def test_no_table_and_a_bad_last_good_table_fails_closed(lab: Lab, case: str) -> None:
+    """The table gone, its last good copy there but not usable: the directory has had a table,
+    so this is not ad-hoc use (which needs neither file): the closed default, not the env."""
+    if case == "owned-by-someone-else" and os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    untrusted_last_good(lab, case)
+    assert not (lab.dir / "tenants").exists()
+    for tenant in ("a", "b"):
+        err = refused_everything(lab, timeout=15, tenant=tenant)
+        assert "does not exist and there is no usable last good table" in err, err
+        assert "tenants.last-good" in err and err.count("failing closed") == 1, err
+    assert lab.fake.used_memory() == 0
+
+
+def test_a_table_that_is_a_fifo_fails_closed_without_hanging(lab: Lab) -> None:
+    os.mkfifo(lab.dir / "tenants", 0o644)
+    err = refused_everything(lab, timeout=15)
+    assert "is not a regular file" in err, err
+
+
+def test_a_directory_that_never_had_a_table_is_ad_hoc(lab: Lab) -> None:
+    """Neither tenants nor tenants.last-good: `gpuops limiter run` use, the environment decides."""
+    results, err = fill(lab)
+    assert results == ["0"] * 16 and "failing closed" not in err, err
+    results, _ = fill(lab, CUDA_DEVICE_MEMORY_LIMIT="200m")
+    assert results == ["0"] * 3 + [OOM] * 13
 
 
 def test_a_tenant_without_a_line_on_a_covered_gpu_fails_closed(lab: Lab) -> None:
