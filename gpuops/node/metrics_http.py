@@ -8,6 +8,12 @@ runs on asyncio. The exposition format, its content negotiation and gzip are pro
 
 Every response closes its connection. Requests are bounded: a request head of at most
 `MAX_HEAD` bytes read within `READ_TIMEOUT` seconds, at most `MAX_CONNECTIONS` open at once.
+At the cap a new connection makes room instead of being refused: the oldest connection that has
+sent nothing for `HEAD_GRACE` seconds is closed, else the oldest that has sent part of its request
+head, else the oldest that has sent nothing (however young); only when every open connection is
+being answered is the new one answered 503. So connections opened and left idle (a local user
+hiding the node from monitoring) cannot keep a scrape out: Prometheus sends its request as soon as
+it connects, and the youngest connection is the last one closed.
 
 The address is read by `core/listen.py` (`parse_listen`, shared with the fleet exporter).
 
@@ -27,8 +33,9 @@ log = logging.getLogger("gpuops.agent")
 
 DEFAULT_PORT = 9835  # 9400 is dcgm-exporter's: a node may run both
 MAX_HEAD = 8192
-READ_TIMEOUT = 10.0
+READ_TIMEOUT = 3.0  # for the request head: Prometheus sends it at once, in one segment
 MAX_CONNECTIONS = 64
+HEAD_GRACE = 0.5  # seconds a new connection may take to send its first byte before it is "idle"
 
 Render = Callable[[str], Tuple[bytes, str]]  # Accept header -> (body, content type)
 
@@ -48,10 +55,23 @@ def prometheus_render(collector: Any) -> Render:
     return render
 
 
+class _Connection:
+    """An open connection: how much of its request it has sent, whether it is being answered."""
+
+    __slots__ = ("answering", "opened", "received", "writer")
+
+    def __init__(self, writer: asyncio.StreamWriter, opened: float) -> None:
+        self.writer = writer
+        self.opened = opened
+        self.received = 0
+        self.answering = False
+
+
 class MetricsServer:
     """Serves `render` at /metrics on (host, port) until `close()`.
 
     `offload(fn)`: where a render runs (a thread, when rendering may block); None: on the loop.
+    `head_timeout`, `max_connections`: the bounds of the module's documentation.
     """
 
     def __init__(
@@ -60,14 +80,21 @@ class MetricsServer:
         host: str = DEFAULT_HOST,
         port: int = DEFAULT_PORT,
         offload: Optional[Callable[[Callable[[], Tuple[bytes, str]]], Awaitable[Tuple[bytes, str]]]] = None,
+        head_timeout: float = READ_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.render = render
         self.host = host
         self.port = port
         self.offload = offload
+        self.head_timeout = head_timeout
+        self.max_connections = max_connections
         self._server: Optional[asyncio.AbstractServer] = None
-        self._open = 0
+        # Open connections, oldest first (dicts keep insertion order).
+        self._open: Dict[int, _Connection] = {}
+        self._next = 0
         self.scrapes = 0
+        self.evicted = 0  # connections closed to make room (for tests and logs)
 
     async def start(self) -> int:
         """Bind and listen; returns the port (the one chosen when asked for port 0). OSError when
@@ -90,24 +117,67 @@ class MetricsServer:
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._open += 1
+        key = self._next
+        self._next += 1
+        conn = _Connection(writer, asyncio.get_event_loop().time())
         try:
-            if self._open > MAX_CONNECTIONS:
+            if len(self._open) >= self.max_connections and not self._make_room():
                 await self._reply(writer, 503, b"too many connections\n", "text/plain")
                 return
+            self._open[key] = conn
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+                head = await asyncio.wait_for(self._read_head(reader, conn), self.head_timeout)
             except asyncio.LimitOverrunError:
                 await self._reply(writer, 431, b"request head too large\n", "text/plain")
                 return
             except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
                 return
+            conn.answering = True
             await self._answer(writer, head)
         except (ConnectionError, OSError):
             pass
         finally:
-            self._open -= 1
+            self._open.pop(key, None)
             writer.close()
+
+    def _make_room(self) -> bool:
+        """Close one connection not being answered (the module's documentation says which);
+        False when every open one is being answered."""
+        idle_since = asyncio.get_event_loop().time() - HEAD_GRACE
+        tiers: Tuple[Callable[[_Connection], bool], ...] = (
+            lambda c: c.received == 0 and c.opened <= idle_since,
+            lambda c: c.received > 0,
+            lambda c: True,
+        )
+        for tier in tiers:
+            for key, conn in self._open.items():
+                if not conn.answering and tier(conn):
+                    del self._open[key]
+                    self.evicted += 1
+                    # abort: at once, without a FIN handshake; its handler wakes to an EOF.
+                    transport = conn.writer.transport
+                    if transport is not None:
+                        transport.abort()
+                    return True
+        return False
+
+    @staticmethod
+    async def _read_head(reader: asyncio.StreamReader, conn: _Connection) -> bytes:
+        """The request head up to its blank line, counting what arrives on `conn`.
+        LimitOverrunError beyond MAX_HEAD bytes; IncompleteReadError when the peer stops."""
+        head = bytearray()
+        while True:
+            chunk = await reader.read(MAX_HEAD + 4 - len(head))
+            if not chunk:
+                raise asyncio.IncompleteReadError(bytes(head), None)
+            conn.received += len(chunk)
+            head += chunk
+            # the blank line may straddle two reads: look from 3 bytes before this chunk
+            end = head.find(b"\r\n\r\n", max(0, len(head) - len(chunk) - 3))
+            if end >= 0:
+                return bytes(head[: end + 4])
+            if len(head) >= MAX_HEAD:
+                raise asyncio.LimitOverrunError("request head too large", len(head))
 
     async def _answer(self, writer: asyncio.StreamWriter, head: bytes) -> None:
         lines = head.decode("latin-1").split("\r\n")
