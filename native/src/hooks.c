@@ -66,34 +66,102 @@ static void find_real_dlsym(void) {
 }
 
 /* ------------------------------------------------------------------ configuration loading */
-static void read_identity(void) {
-    char name[RG_NAME_LEN] = "default";
-    int from_file = 0;
-    int fd = open("/etc/gpuops/tenant", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        char buf[RG_NAME_LEN + 2];
-        ssize_t n = read(fd, buf, sizeof buf - 1);
+/* Who is which tenant.  The file is root's (mounted read-only into containers); when it is there
+ * in any form, it decides: its name, or the closed default, never the environment.  "There" is
+ * lstat's answer, so a dangling link is there.  It is opened without following a link and without
+ * blocking (a FIFO would hang the program in open()), and must be a regular file whose first line,
+ * without surrounding blanks, is a valid tenant name. */
+#define TENANT_FILE "/etc/gpuops/tenant"
+/* The tenant of programs whose tenant file is broken: not a valid name, so no table line and no
+ * GPUOPS_TENANT can name it; they share one entry in each region, held to the closed default. */
+#define TENANT_FILE_BROKEN "!bad-tenant-file"
+
+static int tenant_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+           c == '.';
+}
+
+/* 1: the file names a tenant (name); 0: there is no file; -1: the file is there but names no
+ * valid tenant (why). */
+static int read_tenant_file(char *name, size_t n, char *why, size_t wn) {
+    struct stat st;
+    if (lstat(TENANT_FILE, &st) != 0) {
+        if (errno == ENOENT) return 0;
+        snprintf(why, wn, "cannot be examined (%s)", strerror(errno));
+        return -1;
+    }
+    int fd = open(TENANT_FILE, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ELOOP) snprintf(why, wn, "is a symbolic link");
+        else snprintf(why, wn, "cannot be opened (%s)", strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        if (n > 0) {
-            buf[n] = 0;
-            buf[strcspn(buf, " \t\r\n")] = 0;
-            if (*buf && strlen(buf) < RG_NAME_LEN) {
-                snprintf(name, sizeof name, "%s", buf);
-                from_file = 1;
-            }
+        snprintf(why, wn, "is not a regular file");
+        return -1;
+    }
+    char buf[256];
+    size_t got = 0;
+    while (got < sizeof buf) {
+        ssize_t r = read(fd, buf + got, sizeof buf - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            snprintf(why, wn, "cannot be read (%s)", strerror(errno));
+            close(fd);
+            return -1;
+        }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    const char *nl = memchr(buf, '\n', got);
+    if (!nl && got == sizeof buf) {
+        snprintf(why, wn, "is longer than a tenant name (%d characters at most)", RG_NAME_LEN - 1);
+        return -1;
+    }
+    size_t b = 0, e = nl ? (size_t)(nl - buf) : got;
+    while (b < e && (buf[b] == ' ' || buf[b] == '\t' || buf[b] == '\r')) b++;
+    while (e > b && (buf[e - 1] == ' ' || buf[e - 1] == '\t' || buf[e - 1] == '\r')) e--;
+    if (b == e) {
+        snprintf(why, wn, "%s", got == 0 ? "is empty" : "has a blank first line");
+        return -1;
+    }
+    if (e - b >= RG_NAME_LEN) {
+        snprintf(why, wn, "is longer than a tenant name (%d characters at most)", RG_NAME_LEN - 1);
+        return -1;
+    }
+    for (size_t i = b; i < e; i++) {
+        if (!tenant_char(buf[i])) {
+            snprintf(why, wn, "does not name a valid tenant (letters, digits, '.', '_' and '-' only)");
+            return -1;
         }
     }
+    snprintf(name, n, "%.*s", (int)(e - b), buf + b);
+    return 1;
+}
+
+static void read_identity(void) {
+    char name[RG_NAME_LEN] = "default", why[160];
+    int from_file = read_tenant_file(name, sizeof name, why, sizeof why);
+    if (from_file < 0) {
+        G.identity_broken = 1;
+        snprintf(name, sizeof name, "%s", TENANT_FILE_BROKEN);
+        GL_LOG(LOG_ERROR,
+               "tenant file %s %s: failing closed (GPUOPS_TENANT is not consulted), every GPU allocation is refused "
+               "and compute is held to 1%% (fixed-share, offline) for this program, as tenant %s",
+               TENANT_FILE, why, TENANT_FILE_BROKEN);
+    }
     const char *env = getenv("GPUOPS_TENANT");
-    if (!from_file && env && *env) {
+    if (from_file == 0 && env && *env) {
         if (strlen(env) < RG_NAME_LEN && strcmp(env, "*") != 0) snprintf(name, sizeof name, "%s", env);
         else GL_LOG(LOG_WARN, "ignoring GPUOPS_TENANT: not a valid tenant name");
-    }
-    for (char *p = name; *p; p++) {
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-              *p == '_' || *p == '.')) {
-            GL_LOG(LOG_WARN, "tenant name %s is not valid; using 'default'", name);
-            snprintf(name, sizeof name, "default");
-            break;
+        for (char *p = name; *p; p++) {
+            if (!tenant_char(*p)) {
+                GL_LOG(LOG_WARN, "tenant name %s is not valid; using 'default'", name);
+                snprintf(name, sizeof name, "default");
+                break;
+            }
         }
     }
     snprintf(G.tenant, sizeof G.tenant, "%s", name);
@@ -109,10 +177,10 @@ static void read_identity(void) {
  *
  * Fail closed.  A process takes its limits from, in order: the table; else (the table invalid,
  * unreadable or gone) the table it already had; else the last good copy on disk
- * (<dir>/tenants.last-good); else, when the directory is managed (a table file exists or
- * existed, or the node is mandatory), the most restrictive configuration, gl_cfg_closed().  Only
- * a directory that has never had a table describes tenants by the environment alone (ad-hoc use
- * of `gpuops limiter run`). */
+ * (<dir>/tenants.last-good); else, when the directory is managed (a table file, or anything
+ * named tenants.last-good, is there, or the node is mandatory), the most restrictive
+ * configuration, gl_cfg_closed().  Only a directory with neither file describes tenants by the
+ * environment alone (ad-hoc use of `gpuops limiter run`). */
 #define TABLE_MAX (1 << 20)
 
 static void table_path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", G.dir, name); }
@@ -315,7 +383,9 @@ static void load_table(int force) {
 static void apply_cfg(struct gl_dev *d) {
     struct gl_cfg tc = gl_cfg_closed();
     int found = 1;
-    if (G.table_ok) {
+    if (G.identity_broken) {
+        /* the tenant file is there but names nobody: the closed default, whatever the table says */
+    } else if (G.table_ok) {
         found = gl_table_lookup(&G.table, G.tenant, d->index, d->uuid, &tc);
         if (found < 0) {
             /* the GPU is under the limiter, but nothing says what this tenant may have */

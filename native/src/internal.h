@@ -154,6 +154,7 @@ struct gl_state {
     int table_ok;             /* G.table holds the tenant table or the last good copy of it */
     int mandatory;            /* /run/gpuops/limiter/mandatory exists: a table must be there */
     int fail_closed;          /* no valid table on a managed node: gl_cfg_closed() for everyone */
+    int identity_broken;      /* /etc/gpuops/tenant is there but names no tenant: gl_cfg_closed() */
     uint64_t table_epoch;     /* bumped whenever table_ok, table or fail_closed change */
     uint64_t table_mtime_ns, table_size, table_ino;
     _Atomic uint64_t next_reload_check;

@@ -9,7 +9,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import pytest
 
@@ -96,10 +96,11 @@ class Lab:
         return env
 
     def run(
-        self, *args: str, via: str = "linked", timeout: float = 60, **kw: object
+        self, *args: str, via: str = "linked", timeout: float = 60, wrap: Sequence[str] = (), **kw: object
     ) -> tuple[dict[str, list[list[str]]], str]:
+        """Runs cudaprog (after wrap: a command that ends by exec-ing its arguments)."""
         env = self.env(**kw)  # type: ignore[arg-type]
-        cmd = [str(self.built.cudaprog), "--via", via, *args]
+        cmd = [*wrap, str(self.built.cudaprog), "--via", via, *args]
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         assert p.returncode == 0, f"{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
         return parse(p.stdout), p.stderr
