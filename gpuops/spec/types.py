@@ -241,10 +241,25 @@ def check_command(value: Any) -> str:
     return text
 
 
+_USERINFO_RE = re.compile(r"^(\s*[A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)@")
+
+
+def redact_url(text: str) -> str:
+    """`text` with a URL's password (`user:***@`) or lone user-info token (`***@`) hidden: what a
+    message, title or JSON document may show of a URL the operator gave."""
+
+    def hide(match: re.Match[str]) -> str:
+        user, colon, _secret = match.group(2).partition(":")
+        return match.group(1) + (f"{user}:***@" if colon else "***@")
+
+    return _USERINFO_RE.sub(hide, text, count=1)
+
+
 def parse_prometheus_url(text: str) -> str:
     """A Prometheus API's base URL (`http://host:port[/prefix]`, without the trailing slash);
     ValueError saying what is wrong. A query string or fragment is refused: it would be dropped."""
     raw = text.strip()
+    text = redact_url(text)  # what the messages show
     try:
         parts = urlsplit(raw)
         port = parts.port

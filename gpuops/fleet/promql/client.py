@@ -12,13 +12,27 @@ not the API's: a proxy's 502, a wrong path), `query` (the API refused the query:
 `execution`, a timeout inside Prometheus) and `bad_response` (JSON that is not what the API
 documents). Warnings in an answer (Thanos' and Mimir's partial responses, a query that hit a
 limit) are kept on the answer, not dropped: the view shows them.
+
+What a Prometheus sends is not trusted more than what a node sends (a hostile or broken server,
+or anything that answers at its address):
+
+- an answer is read with a bound, `max_body_bytes()` (256 MiB unless
+  `GPUOPS_PROMETHEUS_MAX_BYTES` says otherwise), streamed and dropped as soon as it grows past it:
+  one `PromError` line, never the whole body in memory; a whole request (connect, send, every
+  byte of the answer) is bounded by its timeout, so a server that trickles cannot hold a round;
+- every string of an answer (label values, `error`, `errorType`, warnings, scrape errors) and of
+  a body that is not the API's is escaped as node text is (`core/text.py`'s `printable`) before
+  anything reads it, so no table, line or title writes an ESC, OSC or bidi control raw;
+- the URL's password is shown as `***` (`url` is the shown form; the real one only connects).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +40,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from gpuops.spec.types import parse_prometheus_url
+from gpuops.core.text import may_need_escaping, printable, printable_data
+from gpuops.spec.types import parse_prometheus_url, redact_url
 
 try:
     import orjson
@@ -43,6 +58,14 @@ except ImportError:  # pragma: no cover - orjson is a dependency; json is the fa
 
 DEFAULT_TIMEOUT = 5.0  # seconds per request; a live view asks for less (its interval)
 MAX_ERROR_TEXT = 300
+# The largest answer read. A live round's answer is about 300 bytes a series and 6-9 series a GPU
+# (docs/benchmarks.md): some 30 MB at 10k GPUs; a history query_range at most 11,000 points a
+# series. 256 MiB leaves room for a site's Prometheus many times that, and bounds what a server
+# can make the operator's process hold (the parsed answer takes a few times the body).
+DEFAULT_MAX_BODY = 256 << 20
+MAX_BODY_ENV = "GPUOPS_PROMETHEUS_MAX_BYTES"
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*(|b|k|kb|kib|m|mb|mib|g|gb|gib)\s*$", re.IGNORECASE | re.ASCII)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 class PromError(Exception):
@@ -97,6 +120,27 @@ class Target:
     last_scrape: str
 
 
+def max_body_bytes(environ: Mapping[str, str] | None = None) -> int:
+    """The bound on an answer's size: `GPUOPS_PROMETHEUS_MAX_BYTES` (bytes, or with a unit: 512MiB,
+    1G; K, M and G are powers of 1024), else 256 MiB. ValueError, one line, for a bad value."""
+    text = (os.environ if environ is None else environ).get(MAX_BODY_ENV)
+    if text is None or not text.strip():
+        return DEFAULT_MAX_BODY
+    match = _SIZE_RE.match(text)
+    if match is None or int(match.group(1)) == 0:
+        raise ValueError(
+            f"{MAX_BODY_ENV}={printable(text[:40])!r}: not a size (give bytes, e.g. 268435456 or 256MiB)"
+        )
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2)[:1].lower()]
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} bytes"
+
+
 def is_loopback_url(url: str) -> bool:
     host = urlsplit(url).hostname or ""
     if host == "localhost":
@@ -130,15 +174,27 @@ def _labels(item: Mapping[str, Any]) -> dict[str, str]:
 class PromClient:
     """One Prometheus (or a compatible API: Thanos Query, Mimir, VictoriaMetrics) at `url`."""
 
-    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.url = parse_prometheus_url(url)
+    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT, max_body: int | None = None) -> None:
+        self._base = parse_prometheus_url(url)  # with its credentials: only to connect
+        self.url = redact_url(self._base)  # what messages, titles and documents show
         self.timeout = timeout
+        self._max_body = max_body
         self._http: httpx.AsyncClient | None = None
+
+    @property
+    def max_body(self) -> int:
+        """The bound on an answer (PromError `bad_response` when the environment's is bad)."""
+        if self._max_body is None:
+            try:
+                self._max_body = max_body_bytes()
+            except ValueError as exc:
+                raise PromError("bad_response", str(exc)) from None
+        return self._max_body
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
             self._http = httpx.AsyncClient(
-                base_url=self.url,
+                base_url=self._base,
                 timeout=httpx.Timeout(self.timeout),
                 # No proxy from the environment: an operator's http_proxy must not reroute the
                 # fleet's monitoring (and loopback through a proxy fails in confusing ways).
@@ -154,16 +210,27 @@ class PromClient:
             self._http = None
 
     async def _call(self, path: str, form: Mapping[str, str] | None, timeout: float | None) -> Any:
-        """POST (or GET without a form) `path`; the answer's `data` and `warnings`."""
+        """POST (or GET without a form) `path`; the answer's `data` and `warnings`, every string
+        in them escaped (`printable`)."""
+        bound = self.max_body
         http = self._client()
+        seconds = timeout if timeout is not None else self.timeout
         limit = httpx.Timeout(timeout) if timeout is not None else httpx.USE_CLIENT_DEFAULT
+        request = (
+            http.build_request("GET", path, timeout=limit)
+            if form is None
+            else http.build_request("POST", path, data=dict(form), timeout=limit)
+        )
         try:
-            if form is None:
-                response = await http.get(path, timeout=limit)
-            else:
-                response = await http.post(path, data=dict(form), timeout=limit)
-        except httpx.TimeoutException:
-            seconds = timeout if timeout is not None else self.timeout
+            # The whole request, not only each phase: a server sending a byte at a time would
+            # pass every read's timeout.
+            async with asyncio.timeout(seconds):
+                response = await http.send(request, stream=True)
+                try:
+                    raw = await self._read(response, bound)
+                finally:
+                    await response.aclose()
+        except (httpx.TimeoutException, TimeoutError):
             # "timeout" first, as "connection refused" is for a server that is not there: the
             # view's "source unreachable: ..." then says which of the two it is.
             raise PromError(
@@ -171,24 +238,46 @@ class PromClient:
             ) from None
         except httpx.TransportError as exc:
             raise PromError("unreachable", f"Prometheus at {self.url}: {_reason(exc)}") from None
-        raw = response.content
         try:
             doc = _loads(raw) if raw else None
-        except ValueError:
+        except (ValueError, RecursionError):
             doc = None
+        except MemoryError:  # within the bound, but nested to take more than this machine has
+            raise PromError("bad_response", f"Prometheus at {self.url}: answer too large to read") from None
         if not isinstance(doc, dict) or "status" not in doc:
-            text = raw[:MAX_ERROR_TEXT].decode("utf-8", "replace").strip()
+            text = printable(raw[:MAX_ERROR_TEXT].decode("utf-8", "replace").strip())
             raise PromError(
                 "http",
                 f"{self.url}{path}: HTTP {response.status_code}, not Prometheus' API"
                 + (f": {text}" if text else ""),
             )
+        if may_need_escaping(raw):  # text from Prometheus is node text
+            doc = printable_data(doc)
         if doc.get("status") != "success":
-            what = str(doc.get("errorType") or "error")
+            what = str(doc.get("errorType") or "error")[:MAX_ERROR_TEXT]
             why = str(doc.get("error") or "no reason given")[:MAX_ERROR_TEXT]
             raise PromError("query", f"Prometheus refused the query ({what}): {why}")
         warnings = doc.get("warnings") or ()
         return doc.get("data"), tuple(str(w) for w in warnings if w)
+
+    async def _read(self, response: httpx.Response, bound: int) -> bytes:
+        """The answer's body (decoded from gzip) of at most `bound` bytes; PromError beyond."""
+        too_big = PromError(
+            "bad_response",
+            f"Prometheus at {self.url}: answer larger than {_size(bound)}, not read "
+            f"(set {MAX_BODY_ENV} to allow more)",
+        )
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > bound and "Content-Encoding" not in response.headers:
+            raise too_big
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > bound:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def query(self, expr: str, at: float | None = None, timeout: float | None = None) -> Answer:
         """An instant query (now, or at the Unix time `at`): an instant vector or a scalar."""
@@ -288,7 +377,7 @@ def _reason(exc: httpx.TransportError) -> str:
     text = str(exc).strip()
     if "Connection refused" in text or "connection refused" in text:
         return "connection refused"
-    return text[:MAX_ERROR_TEXT] or type(exc).__name__
+    return printable(text[:MAX_ERROR_TEXT]) or type(exc).__name__
 
 
 def quote_label(value: str) -> str:
