@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import typer
 
@@ -39,7 +40,7 @@ def exporter_command(
     fleet.yaml's teams, owners, pools and guarantees, until Ctrl-C."""
     from gpuops.cli.fleet import load_or_fail
     from gpuops.cli.tui import parse_interval
-    from gpuops.core.listen import ListenError, parse_listen
+    from gpuops.core.listen import ListenError, exposure_warning, parse_listen
 
     fleet = load_or_fail(fleet_file)
     try:
@@ -60,6 +61,9 @@ def exporter_command(
             file=sys.stderr,
             flush=True,
         )
+        exposed = exposure_warning(host, urlsplit(url).port or port, "--listen")
+        if exposed is not None:
+            print(exposed, file=sys.stderr, flush=True)
 
     try:
         asyncio.run(serve(fleet, host, port, every, ready, dcgm_compat=dcgm_compat))

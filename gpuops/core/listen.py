@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from typing import Tuple
+from typing import Optional, Tuple
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -56,6 +56,26 @@ def parse_listen(text: str, option: str, default_port: int) -> Tuple[str, int]:
     else:
         raise ListenError("%s %s: the port must be a number from 0 to 65535" % (option, text[:80]))
     return host, port
+
+
+def exposure_warning(host: str, port: int, option: str) -> Optional[str]:
+    """The line an exporter says once, on stderr, when it serves every interface (`0.0.0.0`,
+    `::`): plain HTTP without authentication to every network the machine is on, and the safe
+    ways docs/prometheus.md names. None for any other address."""
+    try:
+        unspecified = ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return None
+    if not unspecified:
+        return None
+    where = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+    return (
+        "warning: %s %s serves /metrics on every interface, in plain HTTP without authentication, "
+        "to anyone who can reach this machine: its figures name every team, user and host. Safer "
+        '(docs/prometheus.md, "Scrape the exporters"): 127.0.0.1 with Prometheus or its agent '
+        "beside it, a reverse proxy with TLS and authentication on the one interface Prometheus "
+        "comes from, or an SSH tunnel" % (option, where)
+    )
 
 
 def bind_error(host: str, port: int, exc: OSError, option: str) -> str:

@@ -22,7 +22,7 @@ import signal
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
-from gpuops.core.listen import ListenError, bind_error, parse_listen
+from gpuops.core.listen import ListenError, bind_error, exposure_warning, parse_listen
 from gpuops.node.health import HealthMonitor
 from gpuops.node.metrics import NodeCollector, parse_process_metrics
 from gpuops.node.metrics_http import DEFAULT_PORT, MetricsServer, prometheus_render
@@ -192,6 +192,9 @@ class _Service:
             file=sys.stderr,
             flush=True,
         )
+        exposed = exposure_warning(self.host, server.port, "--metrics")
+        if exposed is not None:
+            print(exposed, file=sys.stderr, flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_event_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
