@@ -225,6 +225,15 @@ def _apply_saved(
         for line in stale:
             _out.print(f"[red]changed since the plan:[/] {escape(line)}")
         fail(escape(f"the live state changed since {plan_file} was made; nothing applied (make a new plan)"))
+    # The payloads pass what fleet.yaml's own checks pass, or nothing is applied anywhere (a file
+    # signed again after an edit has a matching digest: docs/plan.md, "What is checked").
+    from gpuops.plan.checks import payload_problems
+
+    problems = payload_problems(plan, fleet, {live.name: live for live in lives}, str(plan_file))
+    if problems:
+        for line in problems[:-1]:
+            typer.echo(f"error: {line}; nothing applied", err=True)
+        fail(escape(f"{problems[-1]}; nothing applied"))
     # What is shown and confirmed is worked out from the payloads that will be sent.
     shown = Plan(tuple(shown_node(todo[live.name], live) for live in lives))
     if not shown.changes:

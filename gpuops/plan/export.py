@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuops.core.mig.catalog import find_model
-from gpuops.core.mig.layout import layout_of
+from gpuops.core.mig.layout import MigLayout, layout_of
 from gpuops.core.model import Gpu
 from gpuops.core.units import format_bytes
 from gpuops.plan.live import NodeLive
@@ -23,13 +23,20 @@ from gpuops.spec.selectors import format_gpu_indices
 
 def _mig(gpu: Gpu, notes: list[str], where: str) -> dict[str, Any] | None:
     layout = layout_of(gpu)
-    model = find_model(gpu.info.mig_model or gpu.info.name)
     if layout is None:
         return None
+    return mig_settings(layout, gpu.info.mig_model or gpu.info.name, notes, where)
+
+
+def mig_settings(layout: MigLayout, model_name: str, notes: list[str], where: str) -> dict[str, Any]:
+    """A MIG layout on a GPU of that model as a carve entry's `mig:` (explicit placements, compute
+    splits per profile); what cannot be written is said in `notes`. Also how `apply --plan` puts a
+    saved plan's MIG payload to fleet.yaml's checks (plan/checks.py)."""
     if not layout.enabled:
         return {"enabled": False}
+    model = find_model(model_name)
     if model is None:
-        notes.append(f"{where}: MIG model {gpu.info.name!r} is not in the catalog; its layout is left out")
+        notes.append(f"{where}: MIG model {model_name!r} is not in the catalog; its layout is left out")
         return {"enabled": True}
     placements = []
     splits: dict[str, list[str]] = {}
