@@ -190,7 +190,9 @@ def config_lines(node: Mapping[str, Any]) -> List[str]:
 def environment(node: Mapping[str, Any], directory: Path) -> Dict[str, str]:
     """The environment a process needs to run the real amdsmi over the fake, for `node`."""
     config = directory / "fake_amdsmi.conf"
-    config.write_text("\n".join(config_lines(node)) + "\n")
+    # Bytes that are not UTF-8 (what a driver or a process may put in a name) are given as
+    # surrogate escapes ("\udcff" for the byte 0xFF) and written as those bytes.
+    config.write_bytes(("\n".join(config_lines(node)) + "\n").encode("utf-8", "surrogateescape"))
     state = directory / "fake_amdsmi.state"  # the modes set since: a new node starts with none
     state.unlink(missing_ok=True)
     env = dict(os.environ)

@@ -5,11 +5,19 @@ packages; valid Python 3.8. Figures map onto gpuops' model as docs/backends.md t
 library cannot give is `NotAvailable` with amdsmi's status name (NOT_SUPPORTED, NO_PERM, ...),
 so one missing sensor never hides the others. Calls come from one thread at a time (the agent's
 backend worker), as for NVML.
+
+What the library says is not taken on trust (docs/backends.md, "What the library says"): its text
+(names, serials, the driver version) is read from its structures and decoded with replacement
+characters, not by the binding, which fails on bytes that are not UTF-8; amdsmi's "no figure"
+sentinels (the integer types' maxima, "N/A") are NotAvailable("NOT_SUPPORTED"), and a figure no
+GPU can have (a percentage past 100, a negative power read as 4294966984 W, more memory used than
+the GPU has) NotAvailable("UNEXPECTED_DATA"), never a figure.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import socket
 import time
@@ -32,6 +40,19 @@ T = TypeVar("T")
 
 AMD_VENDOR_ID = 0x1002
 MiB = 1 << 20
+MAX_PROCESSES = 1024  # entries asked for, as amdsmi's binding does (MAX_NUM_PROCESSES)
+UUID_SIZE = 38  # AMDSMI_GPU_UUID_SIZE
+
+# amdsmi's "no figure" values: the maxima of the integer types its structures hold (the binding's
+# MaxUIntegerTypes, which its _validate_if_max_uint turns into "N/A"; 0xFFFF where the library
+# copies a field of the SMU's 16-bit gpu_metrics into a wider one) and of the signed types.
+SENTINELS = frozenset((0xFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 0x7FFF, 0x7FFFFFFF, 0x7FFFFFFFFFFFFFFF))
+# What a GPU's figures can be; beyond, a reading is UNEXPECTED_DATA (docs/backends.md).
+MAX_MEMORY = 1 << 50  # bytes: 1 PiB, thousands of times today's largest GPU
+MAX_POWER_W = 10000.0  # a socket (an OAM module) draws at most a few kW
+TEMPERATURE_C = (-50.0, 200.0)  # a GPU shuts down far below 200 degrees C
+MAX_CLOCK_MHZ = 20000
+MAX_COMPUTE_UNITS = 16384
 
 # gfx target -> architecture, as gpuops names NVIDIA's ("ampere", "hopper").
 _ARCHITECTURES = {0x942: "cdna3", 0x941: "cdna3", 0x940: "cdna3", 0x90A: "cdna2", 0x908: "cdna"}
@@ -69,6 +90,7 @@ class _Lib:
                 % (os.environ.get("ROCM_PATH", ""), type(exc).__name__, exc)
             ) from None
         self.api: Any = amdsmi
+        self.wrapper: Any = amdsmi_wrapper
         self.names: Dict[int, str] = dict(getattr(amdsmi_wrapper, "amdsmi_status_t__enumvalues", {}))
 
     def status(self, exc: BaseException) -> str:
@@ -89,13 +111,29 @@ class _Call:
         self.value = value
         self.error = error
 
-    def metric(self, convert: Callable[[Any], T]) -> Union[T, NotAvailable]:
+    def metric(self, convert: Callable[[Any], T], low: float, high: float) -> Union[T, NotAvailable]:
+        """The value as a figure when it is one a GPU can have (low..high), else NotAvailable."""
         if self.error:
             return NotAvailable(self.error)
-        # The binding turns the library's "not supported" sentinels (0xFFFF...) into "N/A".
-        if self.value == "N/A" or self.value is None:
-            return NotAvailable("NOT_SUPPORTED")
-        return convert(self.value)
+        found = reading(self.value, low, high)
+        return found if isinstance(found, NotAvailable) else convert(found)
+
+
+def reading(value: Any, low: float, high: float) -> Union[int, float, NotAvailable]:
+    """A figure from the library, if it is one: the binding's "N/A" and amdsmi's sentinels are
+    NOT_SUPPORTED (no figure), anything else outside low..high UNEXPECTED_DATA (no GPU has it)."""
+    if value is None or value == "N/A":
+        return NotAvailable("NOT_SUPPORTED")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return NotAvailable("UNEXPECTED_DATA")
+    if low <= value <= high:
+        return value
+    return NotAvailable("NOT_SUPPORTED" if value in SENTINELS else "UNEXPECTED_DATA")
+
+
+def text(raw: bytes) -> str:
+    """Text from a library structure (up to its NUL): not UTF-8 is decoded with U+FFFD."""
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
 
 
 class _Device:
@@ -106,13 +144,6 @@ class _Device:
         self.handle = handle
         self.info = info
         self.device_id = device_id
-
-
-def _architecture(target: str) -> str:
-    try:
-        return _ARCHITECTURES.get(int(target[3:], 16), "")
-    except ValueError:
-        return ""
 
 
 class AmdSmiBackend(Backend):
@@ -130,10 +161,13 @@ class AmdSmiBackend(Backend):
         self._open = True
         try:
             handles = api.amdsmi_get_processor_handles()
-            driver = self._call(api.amdsmi_get_gpu_driver_info, handles[0]) if handles else _Call({})
-            self._driver_version = str((driver.value or {}).get("driver_version", ""))
-            ok, rocm = api.amdsmi_get_rocm_version()
-            self._rocm_version = str(rocm) if ok else ""
+            driver = _Call(error="NOT_FOUND")
+            if handles:
+                driver = self._call(self._filled, "amdsmi_get_gpu_driver_info", handles[0])
+            self._driver_version = "" if driver.error else text(driver.value.driver_version)
+            rocm = self._call(api.amdsmi_get_rocm_version)
+            ok = not rocm.error and isinstance(rocm.value, tuple) and len(rocm.value) == 2 and rocm.value[0]
+            self._rocm_version = str(rocm.value[1]) if ok else ""
             self._devices = [self._read_static(i, h) for i, h in enumerate(handles)]
         except api.AmdSmiException as exc:
             self._shutdown()
@@ -143,10 +177,46 @@ class AmdSmiBackend(Backend):
 
     # ---- library calls -----------------------------------------------------------------------
     def _call(self, fn: Callable[..., Any], *args: Any) -> _Call:
+        """One call's value, or the status it failed with; what the binding cannot make sense of
+        (text that is not UTF-8, a value it cannot convert) is UNEXPECTED_DATA, one figure lost."""
         try:
             return _Call(fn(*args))
-        except self._lib.api.AmdSmiLibraryException as exc:
+        except self._lib.api.AmdSmiException as exc:
             return _Call(error=self._lib.status(exc))
+        except (ValueError, TypeError, KeyError, OverflowError):
+            return _Call(error="UNEXPECTED_DATA")
+
+    def _filled(self, name: str, handle: Any) -> Any:
+        """The structure a library function fills, read by gpuops rather than by the binding (its
+        text decoded with replacement, not refused: `text`); failures raise as the binding's do."""
+        w = self._lib.wrapper
+        struct = {
+            "amdsmi_get_gpu_driver_info": w.amdsmi_driver_info_t,
+            "amdsmi_get_gpu_asic_info": w.amdsmi_asic_info_t,
+        }[name]()
+        self._check(getattr(w, name)(handle, ctypes.byref(struct)))
+        return struct
+
+    def _check(self, status: int) -> None:
+        if status != 0:
+            raise self._lib.api.AmdSmiLibraryException(status)
+
+    def _uuid(self, handle: Any) -> str:
+        buffer = ctypes.create_string_buffer(UUID_SIZE)
+        size = ctypes.c_uint32(UUID_SIZE)
+        self._check(self._lib.wrapper.amdsmi_get_gpu_device_uuid(handle, ctypes.byref(size), buffer))
+        return text(buffer.raw)
+
+    def _process_list(self, handle: Any) -> List[Tuple[int, Any, str]]:
+        """(pid, VRAM bytes, name) of the GPU's processes."""
+        w = self._lib.wrapper
+        count = ctypes.c_uint32(MAX_PROCESSES)
+        found = (w.amdsmi_proc_info_t * MAX_PROCESSES)()
+        self._check(w.amdsmi_get_gpu_process_list(handle, ctypes.byref(count), found))
+        return [
+            (int(p.pid), int(p.memory_usage.vram_mem), text(p.name))
+            for p in found[: min(count.value, MAX_PROCESSES)]
+        ]
 
     def _raise(self, what: str, exc: BaseException) -> BackendError:
         status = self._lib.status(exc)
@@ -174,28 +244,30 @@ class AmdSmiBackend(Backend):
     # ---- inventory ---------------------------------------------------------------------------
     def _read_static(self, index: int, handle: Any) -> _Device:
         api = self._lib.api
-        asic = self._call(api.amdsmi_get_gpu_asic_info, handle)
-        fields: Dict[str, Any] = asic.value if not asic.error else {}
-        device_id = _hex(fields.get("device_id"))
-        vendor_id = _hex(fields.get("vendor_id")) or AMD_VENDOR_ID
-        uuid = self._call(api.amdsmi_get_gpu_device_uuid, handle)
-        serial = str(fields.get("asic_serial", ""))
+        asic = self._call(self._filled, "amdsmi_get_gpu_asic_info", handle)
+        fields = asic.value if not asic.error else None
+        device_id = int(fields.device_id) & 0xFFFF if fields is not None else 0
+        vendor_id = (int(fields.vendor_id) & 0xFFFF if fields is not None else 0) or AMD_VENDOR_ID
+        uuid = self._call(self._uuid, handle)
+        serial = text(fields.asic_serial) if fields is not None else ""
         bdf = self._call(api.amdsmi_get_gpu_device_bdf, handle)
         total = self._call(api.amdsmi_get_gpu_memory_total, handle, api.AmdSmiMemoryType.VRAM)
-        units = fields.get("num_compute_units", "N/A")
+        units = _Call(fields.num_of_compute_units) if fields is not None else _Call(error=asic.error)
         info = GpuInfo(
             index=index,
             # amdsmi's UUID where the driver gives one, else the ASIC serial, else the PCI address:
             # gpuops keys GPUs by it, so it must be stable and unique on the node.
             uuid=str(uuid.value) if not uuid.error and uuid.value else serial or str(bdf.value or index),
-            name=str(fields.get("market_name", "")) or "AMD GPU",
+            name=(text(fields.market_name) if fields is not None else "") or "AMD GPU",
             pci_bus_id=str(bdf.value) if not bdf.error else "",
             pci_device_id=(device_id << 16) | vendor_id,
-            memory_total_bytes=total.metric(int),
+            memory_total_bytes=total.metric(int, 0, MAX_MEMORY),
             mig_capable=False,
-            architecture=_architecture(str(fields.get("target_graphics_version", ""))),
+            architecture=(
+                _ARCHITECTURES.get(int(fields.target_graphics_version), "") if fields is not None else ""
+            ),
             # Compute units, AMD's counterpart of SMs (not the same amount of work: docs/backends.md).
-            multiprocessor_count=int(units) if isinstance(units, int) else NotAvailable("NOT_SUPPORTED"),
+            multiprocessor_count=units.metric(int, 1, MAX_COMPUTE_UNITS),
         )
         return _Device(index, handle, info, device_id)
 
@@ -248,33 +320,32 @@ class AmdSmiBackend(Backend):
         )
         gfx = self._call(api.amdsmi_get_clock_info, h, api.AmdSmiClkType.GFX)
         mem = self._call(api.amdsmi_get_clock_info, h, api.AmdSmiClkType.MEM)
+        low, high = TEMPERATURE_C
         return GpuSample(
             timestamp=timestamp,
-            utilization_gpu_percent=_field(activity, "gfx_activity").metric(float),
-            utilization_memory_percent=_field(activity, "umc_activity").metric(float),
-            memory_used_bytes=used.metric(int),
+            utilization_gpu_percent=_field(activity, "gfx_activity").metric(float, 0, 100),
+            utilization_memory_percent=_field(activity, "umc_activity").metric(float, 0, 100),
+            memory_used_bytes=used.metric(int, 0, _memory_bound(dev)),
             memory_total_bytes=dev.info.memory_total_bytes,
-            power_watts=_power(power).metric(float),
-            temperature_celsius=temp.metric(float),
-            sm_clock_mhz=_field(gfx, "clk").metric(int),
-            memory_clock_mhz=_field(mem, "clk").metric(int),
+            power_watts=_power(power).metric(float, 0, MAX_POWER_W),
+            temperature_celsius=temp.metric(float, low, high),
+            sm_clock_mhz=_field(gfx, "clk").metric(int, 0, MAX_CLOCK_MHZ),
+            memory_clock_mhz=_field(mem, "clk").metric(int, 0, MAX_CLOCK_MHZ),
         )
 
     def _processes(self, dev: _Device) -> Tuple[Tuple[GpuProcess, ...], str]:
-        found = self._call(self._lib.api.amdsmi_get_gpu_process_list, dev.handle)
+        found = self._call(self._process_list, dev.handle)
         if found.error:
             return (), found.error
         out: List[GpuProcess] = []
-        for entry in found.value:
-            pid = int(entry["pid"])
-            vram = entry.get("memory_usage", {}).get("vram_mem", "N/A")
+        for pid, vram, name in found.value:
             user, command = self._proc_owner(pid)
             out.append(
                 GpuProcess(
                     pid=pid,
-                    used_memory_bytes=int(vram) if isinstance(vram, int) else NotAvailable("NOT_SUPPORTED"),
+                    used_memory_bytes=_Call(vram).metric(int, 0, _memory_bound(dev)),
                     user=user,
-                    command=command or str(entry.get("name", "")),
+                    command=command or name,
                 )
             )
         return tuple(out), ""
@@ -396,14 +467,10 @@ class AmdSmiBackend(Backend):
         return user, command
 
 
-def _hex(value: Any) -> int:
-    """The binding gives ids as hex text ("0x74a1") or "N/A"."""
-    if isinstance(value, int):
-        return value
-    try:
-        return int(str(value), 16)
-    except ValueError:
-        return 0
+def _memory_bound(dev: _Device) -> float:
+    """The most memory a GPU's reading can be: its total, where the library gives one."""
+    total = dev.info.memory_total_bytes
+    return total if isinstance(total, int) else MAX_MEMORY
 
 
 def _field(call: _Call, key: str) -> _Call:
