@@ -3,9 +3,11 @@ file Ansible writes (temporary files, SSH control sockets, facts) under the test
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,15 @@ def ansible_tool(name: str) -> str:
     return found
 
 
+def _control_dir() -> str:
+    """A short directory for SSH's control sockets: a socket path holds at most 107 bytes, and the
+    test's own directory (deeper under pytest-xdist's popen-gwN/) leaves too few for ssh's
+    `<hash>.<random>` name. Removed when the test process ends."""
+    path = tempfile.mkdtemp(prefix="gpuops-cp-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def ansible_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     work = tmp_path / "ansible-home"
     work.mkdir(exist_ok=True)
@@ -33,7 +44,7 @@ def ansible_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env.update(
         ANSIBLE_LOCAL_TEMP=str(work / "tmp"),
         ANSIBLE_REMOTE_TEMP=str(work / "remote-tmp"),
-        ANSIBLE_SSH_CONTROL_PATH_DIR=str(work / "cp"),
+        ANSIBLE_SSH_CONTROL_PATH_DIR=_control_dir(),
         # One SSH connection per host for the whole run, and modules piped into it instead of
         # copied: the run is several times faster, and the master ends with the test's sshd.
         ANSIBLE_SSH_ARGS="-o ControlMaster=auto -o ControlPersist=30s",
