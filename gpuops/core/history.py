@@ -21,6 +21,11 @@ intervals: a longer gap is not counted):
   (deploy/prometheus/gpuops-history.rules.yml).
 
 `gpu_shares` computes one sample's shares; the recorder multiplies them by the sample's time.
+
+`bucket_fault` says whether a bucket's figures can be true (busy or held time within the time
+sampled and the bucket's length, memory within the GPU's, process counts within what any node
+runs); `screened` turns the buckets whose figures cannot be into unreadable time, as a corrupt
+file's is (docs/history.md, "Figures that cannot be true").
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gpuops.core.model import Gpu, GpuInstance, GpuProcess, NotAvailable
@@ -356,6 +362,7 @@ _MAX_INT = 2**63
 _MAX_TIME = 1e11  # seconds since 1970: year 5138
 _INF = float("inf")
 _KEPT = "_json"  # instance dictionary key of the JSON a bucket was decoded from (not a field)
+_FAULT = "_fault"  # instance dictionary key of bucket_fault's answer, found while decoding
 _new = object.__new__
 _set_state = object.__setattr__
 
@@ -519,6 +526,7 @@ def _fast_bucket(data: Any, keep_json: bool) -> Optional[Bucket]:
         return None
     gpus = []
     indices = set()
+    fault: Optional[str] = None  # the first figure that cannot be true (bucket_fault)
     for g in gpu_items:
         if type(g) is not dict or len(g) != 11:
             return None
@@ -561,6 +569,8 @@ def _fast_bucket(data: Any, keep_json: bool) -> Optional[Bucket]:
         indices.add(index)
         users: List[UserUsage] = []
         keys = set()
+        cap = total if total > 0 else MAX_GPU_MEMORY
+        held_sum = 0.0
         for u in user_items:
             if type(u) is not dict or len(u) != 12:
                 return None
@@ -610,6 +620,21 @@ def _fast_bucket(data: Any, keep_json: bool) -> Optional[Bucket]:
             if key in keys:
                 return None
             keys.add(key)
+            held_sum += u_held
+            # user_fault's bounds written out (a call per key costed a fifth of the decoding); it
+            # says which one, where one fails. A hypothesis test holds the two to each other.
+            if fault is None and (
+                u_seconds > seconds * _ROOM + 1.0
+                or u_held > u_seconds * _ROOM + 1.0
+                or u_busy > u_held * _ROOM + 1.0
+                or u_mmax > cap
+                or u_pmax > u_mmax
+                or u_memory > u_mmax * u_seconds * _ROOM + 1.0
+                or u_count > MAX_PROCESSES
+            ):
+                fault = _user_fault(
+                    index, user, cap, seconds, u_seconds, u_held, u_busy, u_memory, u_mmax, u_pmax, u_count
+                )
             if keep_json:
                 continue
             # Literal keys: the interned names attribute lookups find by identity (the parser's
@@ -635,6 +660,15 @@ def _fast_bucket(data: Any, keep_json: bool) -> Optional[Bucket]:
                 },
             )
             users.append(usage)
+        if fault is None and (
+            seconds > span * _ROOM + 1.0
+            or busy > seconds * _ROOM + 1.0
+            or held_sum > seconds * _ROOM + 1.0
+            or total > MAX_GPU_MEMORY
+            or mmax > cap
+            or memory > mmax * seconds * _ROOM + 1.0
+        ):
+            fault = _gpu_fault(span, index, total, seconds, busy, memory, mmax, held_sum)
         if keep_json:
             continue
         gpu = _new(GpuUsage)
@@ -657,7 +691,7 @@ def _fast_bucket(data: Any, keep_json: bool) -> Optional[Bucket]:
         )
         gpus.append(gpu)
     # Kept: `gpus` is built from `data` when first asked for (Bucket.__getattr__).
-    b_state: Dict[str, Any] = {"start": start, "span": span}
+    b_state: Dict[str, Any] = {"start": start, "span": span, _FAULT: fault}
     if keep_json:
         b_state[_KEPT] = data
     else:
@@ -737,3 +771,194 @@ def history_from_json(data: Any) -> History:
         buckets=tuple(buckets),
         unreadable=tuple(unreadable),
     )
+
+
+# ---- figures that can be true ------------------------------------------------------------------
+
+MAX_GPU_MEMORY = 1 << 50  # bytes: no GPU has more (1 PiB); the bound where a GPU's total is unknown
+MAX_PROCESSES = 1 << 22  # Linux's PID_MAX_LIMIT: no node runs more processes at once
+# Room over a limit for the rounding of written figures (seconds to 3 decimals, bytes whole) and
+# for what the recorder counted before it kept a bucket within its length (a clock set back).
+SLACK = 0.01
+_ROOM = 1.0 + SLACK
+
+
+def _over(value: float, limit: float) -> bool:
+    return value > limit * _ROOM + 1.0
+
+
+def _sane(*values: float) -> bool:
+    """Each figure finite and >= 0 (a bucket built in code may hold anything)."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < _INF for v in values)
+
+
+def gpu_fault(
+    span: float,
+    index: int,
+    total: int,
+    seconds: float,
+    busy: float,
+    memory: float,
+    memory_max: int,
+    held: float,
+) -> Optional[str]:
+    """Why one GPU's figures in a bucket of `span` seconds cannot be true (`held`: its keys'
+    held seconds, summed), or None."""
+    if not _sane(span, index, total, seconds, busy, memory, memory_max, held):
+        return "GPU %s: a figure that is negative or not a number" % (index,)
+    return _gpu_fault(span, index, total, seconds, busy, memory, memory_max, held)
+
+
+def _gpu_fault(
+    span: float,
+    index: int,
+    total: int,
+    seconds: float,
+    busy: float,
+    memory: float,
+    memory_max: int,
+    held: float,
+) -> Optional[str]:
+    """gpu_fault of figures known to be numbers >= 0 (the decoder's fast path has checked)."""
+    if _over(seconds, span):
+        return "GPU %d: sampled %gs, more than the bucket's %gs" % (index, seconds, span)
+    if _over(busy, seconds):
+        return "GPU %d: busy %gs, more than the %gs it was sampled" % (index, busy, seconds)
+    if _over(held, seconds):
+        return "GPU %d: held %gs by its keys, more than the %gs it was sampled" % (index, held, seconds)
+    if total > MAX_GPU_MEMORY:
+        return "GPU %d: %d bytes of memory, more than any GPU has" % (index, total)
+    cap = total if total > 0 else MAX_GPU_MEMORY
+    if memory_max > cap:
+        return "GPU %d: %d bytes used at once, more than its %d" % (index, memory_max, cap)
+    if _over(memory, float(memory_max) * seconds):
+        return "GPU %d: memory %g byte-seconds, more than %d bytes for %gs" % (
+            index,
+            memory,
+            memory_max,
+            seconds,
+        )
+    return None
+
+
+def user_fault(
+    index: int,
+    user: str,
+    cap: int,
+    gpu_seconds: float,
+    seconds: float,
+    held: float,
+    busy: float,
+    memory: float,
+    memory_max: int,
+    process_max: int,
+    processes: int,
+) -> Optional[str]:
+    """Why one key's figures on GPU `index` cannot be true, or None. `cap`: the GPU's memory (or
+    MAX_GPU_MEMORY where it is not known); `gpu_seconds`: the time the GPU was sampled."""
+    if not _sane(cap, gpu_seconds, seconds, held, busy, memory, memory_max, process_max, processes):
+        return "GPU %s, user %r: a figure that is negative or not a number" % (index, str(user)[:40])
+    return _user_fault(
+        index, user, cap, gpu_seconds, seconds, held, busy, memory, memory_max, process_max, processes
+    )
+
+
+def _user_fault(
+    index: int,
+    user: str,
+    cap: int,
+    gpu_seconds: float,
+    seconds: float,
+    held: float,
+    busy: float,
+    memory: float,
+    memory_max: int,
+    process_max: int,
+    processes: int,
+) -> Optional[str]:
+    """user_fault of figures known to be numbers >= 0 (the decoder's fast path has checked)."""
+    if _over(seconds, gpu_seconds):
+        problem = "present %gs, more than the %gs the GPU was sampled" % (seconds, gpu_seconds)
+    elif _over(held, seconds):
+        problem = "held %gs, more than the %gs present" % (held, seconds)
+    elif _over(busy, held):
+        problem = "busy %gs, more than the %gs held" % (busy, held)
+    elif memory_max > cap:
+        problem = "%d bytes at once, more than the GPU's %d" % (memory_max, cap)
+    elif process_max > memory_max:
+        problem = "one process of %d bytes, more than all of them (%d)" % (process_max, memory_max)
+    elif _over(memory, float(memory_max) * seconds):
+        problem = "memory %g byte-seconds, more than %d bytes for %gs" % (memory, memory_max, seconds)
+    elif processes > MAX_PROCESSES:
+        problem = "%d processes, more than any node runs" % processes
+    else:
+        return None
+    return "GPU %d, user %r: %s" % (index, str(user)[:40], problem)
+
+
+_UNCHECKED = object()
+
+
+def bucket_fault(bucket: Bucket) -> Optional[str]:
+    """Why a bucket's figures cannot be true (the first such figure, with its GPU and key), or
+    None when they can: time sampled within the bucket, busy within held within present time,
+    keys' held time within the GPU's, memory within the GPU's (1 PiB where its total is not
+    known) and within the most used at once for the time, a process within its key, process counts
+    within any node's, every figure finite and >= 0. Never raises."""
+    found = bucket.__dict__.get(_FAULT, _UNCHECKED)  # found while decoding (the fast path)
+    if found is not _UNCHECKED:
+        return found if isinstance(found, str) else None
+    span = bucket.span
+    for g in bucket.gpus:
+        total = g.memory_total if isinstance(g.memory_total, int) else 0
+        cap = total if total > 0 else MAX_GPU_MEMORY
+        held = 0.0
+        for u in g.users:
+            fault = user_fault(
+                g.index,
+                u.user,
+                cap,
+                g.seconds,
+                u.seconds,
+                u.held,
+                u.busy,
+                u.memory,
+                u.memory_max,
+                u.process_max,
+                u.processes,
+            )
+            if fault is not None:
+                return fault
+            held += u.held if _sane(u.held) else 0.0
+        fault = gpu_fault(span, g.index, g.memory_total, g.seconds, g.busy, g.memory, g.memory_max, held)
+        if fault is not None:
+            return fault
+    return None
+
+
+def bucket_when(bucket: Bucket) -> str:
+    """'the hour of 2026-01-01 05:00 UTC' (or 'the minute of ...'): which bucket, for people."""
+    what = "hour" if bucket.span == HOUR else "minute" if bucket.span == MINUTE else "bucket"
+    try:
+        at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(bucket.start))
+    except (ValueError, OverflowError, OSError):
+        at = "%g" % bucket.start
+    return "the %s of %s" % (what, at)
+
+
+def screened(history: History, where: str = "") -> History:
+    """The history without the buckets whose figures cannot be true (`bucket_fault`): their time
+    is unreadable, with the hour and the figure as the reason (`where` before it: a file)."""
+    kept: List[Bucket] = []
+    lost: List[Unreadable] = []
+    for b in history.buckets:
+        fault = bucket_fault(b)
+        if fault is None:
+            kept.append(b)
+        else:
+            reason = "%s%s: figures that cannot be true: %s" % (where, bucket_when(b), fault)
+            lost.append(Unreadable(b.start, b.start + b.span, reason[:500]))
+    if not lost:
+        return history
+    holes = sorted(history.unreadable + tuple(lost), key=lambda u: (u.since, u.until))
+    return replace(history, buckets=tuple(kept), unreadable=tuple(holes))

@@ -11,7 +11,9 @@
   the new one. A file that cannot be read (garbage, a foreign format) is logged and skipped; the
   recorder moves it aside to `NAME.corrupt` before it writes that file again.
 - `read_history(dir, resolution, since, until)` answers the agent's `history` request. The time
-  an unreadable file (or one moved aside) held is said in `History.unreadable`: unknown, not idle.
+  an unreadable file (or one moved aside) held is said in `History.unreadable`: unknown, not idle;
+  so is a bucket whose figures cannot be true (`core.history.bucket_fault`: a busy time past the
+  time sampled, more memory than the GPU has...), which is left out of the reply.
 - `run_recorder(...)` is the service mode, `gpuops agent --record`: sample the backend forever at
   an interval and record. One recorder per directory (`DIR/recorder.lock`, flock).
 
@@ -49,8 +51,10 @@ from gpuops.core.history import (
     Key,
     Unreadable,
     UserUsage,
+    bucket_fault,
     bucket_from_json,
     bucket_to_json,
+    bucket_when,
     gpu_shares,
     keep_only_text,
 )
@@ -187,10 +191,16 @@ class _BucketAcc:
         return acc
 
     def add(self, shares: List[Tuple[Gpu, GpuShare]], dt: float, max_keys: int) -> None:
-        """Count `dt` seconds of one sample (its GPUs and their shares)."""
+        """Count `dt` seconds of one sample (its GPUs and their shares), but never more time for
+        a GPU than the bucket's length: after a clock set back, later samples would count a time
+        of the bucket again (a bucket with more is one whose figures cannot be true)."""
+        whole = dt
         for gpu, share in shares:
             info = gpu.info
             acc = self._gpu(info.index, info.uuid, info.name)
+            dt = min(whole, self.span - acc.seconds)
+            if dt <= 0:
+                continue
             acc.index, acc.name = info.index, info.name
             total = info.memory_total_bytes
             if isinstance(total, int) and not isinstance(total, bool) and total > 0:
@@ -952,10 +962,25 @@ def _read_history(
         names = os.listdir(directory)
     except OSError:
         names = []
+
+    def sound(path: str, buckets: List[Bucket]) -> List[Bucket]:
+        """The buckets whose figures can be true; the others' time is unreadable, as a bad file's."""
+        kept = []
+        for b in buckets:
+            fault = bucket_fault(b)
+            if fault is None:
+                kept.append(b)
+                continue
+            why = "%s: %s: figures that cannot be true: %s" % (path, bucket_when(b), fault)
+            log.error("history: skipping %s", why)
+            unreadable.append((b.start, b.start + b.span, why))
+        return kept
+
     if resolution == "minute":
         if os.path.exists(minutes_path):
             try:
                 kept, text_bytes = _read_file(minutes_path, "minute")
+                kept = sound(minutes_path, kept)
             except FileError as exc:
                 log.error("history: skipping %s", exc)
                 kept = []
@@ -970,8 +995,10 @@ def _read_history(
 
         def load(day: str) -> Tuple[List[Bucket], int]:
             if day not in loaded:
+                path = os.path.join(directory, hours_file(day))
                 try:
-                    loaded[day] = _read_file(os.path.join(directory, hours_file(day)), "hour")
+                    found, size = _read_file(path, "hour")
+                    loaded[day] = (sound(path, found), size)
                 except FileError as exc:
                     log.error("history: skipping %s", exc)
                     loaded[day] = ([], 0)

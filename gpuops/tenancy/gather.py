@@ -8,7 +8,7 @@ import gc
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gpuops.core.history import History
+from gpuops.core.history import History, screened
 from gpuops.fleet.agent_client import AgentError
 from gpuops.fleet.errors import SshError
 from gpuops.tenancy.accounting import Window
@@ -22,13 +22,18 @@ READ_TIMEOUT = 60.0
 async def read_history(
     target: NodeTarget, window: Window, now: float, handshakes: asyncio.Semaphore | None = None
 ) -> History | str:
-    """A node's buckets over the window, or why they could not be read (never raises)."""
+    """A node's buckets over the window, or why they could not be read (never raises). Buckets
+    whose figures cannot be true are unreadable time (`screened`), whoever sent them: this
+    agent's reader leaves them out itself, an older agent's does not."""
     from gpuops.fleet.session import node_agent
 
     since = window.starts(now)[0]
     try:
         async with node_agent(target, handshakes) as client:
-            return await asyncio.wait_for(client.history(window.resolution, since, now + 1.0), READ_TIMEOUT)
+            history = await asyncio.wait_for(
+                client.history(window.resolution, since, now + 1.0), READ_TIMEOUT
+            )
+        return screened(history)
     except SshError as exc:
         return exc.message
     except AgentError as exc:

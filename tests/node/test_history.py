@@ -168,8 +168,10 @@ def test_mig_instances_by_hand(tmp_path: Path) -> None:
 
 def test_at_most_64_keys_per_gpu_and_bucket(tmp_path: Path) -> None:
     def sample(t: float) -> NodeSample:
-        procs = tuple(GpuProcess(100 + u, GIB, user=f"u{u:03d}") for u in range(100))
-        return NodeSample("n1", t, (_gpu(t, 100.0, 100 * GIB, procs),))
+        # 100 processes of 512 MiB: 50 GiB of the 80 (more than the GPU has would be a bucket
+        # whose figures cannot be true, which the reader leaves out)
+        procs = tuple(GpuProcess(100 + u, GIB // 2, user=f"u{u:03d}") for u in range(100))
+        return NodeSample("n1", t, (_gpu(t, 100.0, 50 * GIB, procs),))
 
     rec = Recorder(str(tmp_path), interval=10, clock=Clock(T0))
     rec.add(sample(T0))
@@ -182,7 +184,7 @@ def test_at_most_64_keys_per_gpu_and_bucket(tmp_path: Path) -> None:
     assert other.user == OTHER_USER and other.groups == () and other.tenant is None
     assert other.processes == 37 and other.seconds == 10.0
     assert other.held == pytest.approx(3.7) and sum(u.held for u in users) == pytest.approx(10.0)
-    assert other.memory_max == 37 * GIB and other.process_max == GIB
+    assert other.memory_max == 37 * GIB // 2 and other.process_max == GIB // 2
 
 
 def test_garbage_files_are_skipped_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -504,12 +506,12 @@ def test_the_bound_holds_for_files_that_grow_when_written_again(tmp_path: Path) 
         for g in b["gpus"]:
             for u in g["users"]:
                 u["user"] = "\U0001f600" * 8  # 4 bytes of UTF-8 each, 12 once escaped
-                u["memory"] = 1e15
-    # Written by hand: raw UTF-8 and "1e15" (the reply says "\ud83d\ude00" and "1000000000000000.0").
-    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).replace("1e+15", "1e15")
+                u["memory"] = 1e13  # byte-seconds: less than 10 GiB for 3000 s, so it can be true
+    # Written by hand: raw UTF-8 and "1e13" (the reply says "\ud83d\ude00" and "10000000000000.0").
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).replace("1e+13", "1e13")
     path.write_text(text, encoding="utf-8")
     full = read_history(str(tmp_path), "hour", T0 - 86400, T0 + HOUR, now=T0)
-    assert len(full.buckets) == 24 and full.buckets[0].gpus[0].users[0].memory == 1e15
+    assert len(full.buckets) == 24 and full.buckets[0].gpus[0].users[0].memory == 1e13
     sizes = _reply_sizes(full.buckets)
     file_bytes = len(text.encode("utf-8"))
     assert file_bytes < sum(sizes) < 5 * file_bytes  # it did grow, less than the bound says
