@@ -1,5 +1,6 @@
 """dcgm-exporter's vocabulary for `--dcgm-compat` (docs/metrics.md): its names, units and labels
-computed from a node sample, so that dashboards written for it (Grafana's 12239) work unchanged.
+(rows of core/metric_schema.py) computed from a node sample, so that dashboards written for it
+(Grafana's 12239) work unchanged.
 
 gpuops' own series use base units (bytes, ratios); dcgm-exporter's use its field units: percent,
 MiB, watts, °C, and the last XID number as a gauge. On a MIG-enabled GPU dcgm-exporter reports
@@ -14,16 +15,18 @@ from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
+from gpuops.core import metric_schema as schema
 from gpuops.core.model import Gpu, NodeHealth, NodeSample, NotAvailable
 
 MiB = 1 << 20
 # dcgm-exporter's labels for a GPU, and its MIG instance labels ("" on a whole GPU).
-LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "GPU_I_PROFILE", "GPU_I_ID")
+LABELS = schema.DCGM_LABELS
 
 
 class DcgmFamily(NamedTuple):
-    name: str
-    help: str
+    """One of dcgm-exporter's families: its schema row (name, help, labels) and its samples."""
+
+    metric: schema.Metric
     samples: List[Tuple[Tuple[str, ...], float]]
 
 
@@ -50,12 +53,12 @@ def last_xids(health: Optional[NodeHealth]) -> Dict[int, int]:
 def dcgm_families(sample: NodeSample, hostname: str = "") -> List[DcgmFamily]:
     """The DCGM_FI_* families of one node's sample; `hostname` overrides the sample's."""
     host = hostname or sample.hostname
-    util = DcgmFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", [])
-    used = DcgmFamily("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", [])
-    free = DcgmFamily("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", [])
-    power = DcgmFamily("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", [])
-    temp = DcgmFamily("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", [])
-    xid = DcgmFamily("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", [])
+    util = DcgmFamily(schema.DCGM_GPU_UTIL, [])
+    used = DcgmFamily(schema.DCGM_FB_USED, [])
+    free = DcgmFamily(schema.DCGM_FB_FREE, [])
+    power = DcgmFamily(schema.DCGM_POWER_USAGE, [])
+    temp = DcgmFamily(schema.DCGM_GPU_TEMP, [])
+    xid = DcgmFamily(schema.DCGM_XID_ERRORS, [])
     last = last_xids(sample.health)
     for gpu in sample.gpus:
         head = _head(gpu, host)

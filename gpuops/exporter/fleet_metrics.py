@@ -1,8 +1,10 @@
 """What the fleet exporter says about one fleet snapshot (docs/metrics.md), as a prometheus-client
 custom collector (`FleetMetrics.collect`).
 
-The figures are the ones the operator already sees: the snapshot is the SSH collector's (as
-`gpuops status`, `discover` and the TUI take it); each GPU's `team` and `pool` are what
+Names, types, help and labels are the rows of core/metric_schema.py (`_family`): the node
+exporter's, with `team`, `pool`, `state` and `reason` as well. The figures are the ones the
+operator already sees: the snapshot is the SSH collector's (as `gpuops status`, `discover` and
+the TUI take it); each GPU's `team` and `pool` are what
 tenancy/ownership.py answers for the grid; the tenant figures are views/tenants.py's rows (the
 TUI's tenants screen): per node by giving it that node alone, fleet-wide for what each team owns
 and is guaranteed and what each pool holds. GPU figures are the node's sample as
@@ -21,7 +23,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from gpuops.core.dcgm import LABELS as DCGM_LABELS
+from gpuops.core import metric_schema as schema
 from gpuops.core.dcgm import dcgm_families
 from gpuops.core.model import Gpu
 from gpuops.fleet.collector import LIVE, STALE, FleetSnapshot, NodeView
@@ -29,29 +31,19 @@ from gpuops.tenancy.ownership import Ownership
 from gpuops.views.common import as_float, as_int
 from gpuops.views.tenants import TenantRow, tenant_rows
 
-# dcgm-exporter's labels (its dashboards and joins keep working), then gpuops' own.
-GPU_LABELS = ("gpu", "UUID", "device", "modelName", "pci_bus_id", "Hostname", "node", "team", "pool")
-MIG_LABELS = (
-    "gpu",
-    "UUID",
-    "device",
-    "modelName",
-    "GPU_I_PROFILE",
-    "GPU_I_ID",
-    "Hostname",
-    "node",
-    "team",
-    "pool",
-)
-NODE_LABELS = ("node", "Hostname")
 # The collector words a stale node's reason with its age ("no sample for 12s"): as a label value
 # that would be a new series every second, so the exporter says it once; the age is
 # time() - gpuops_node_sample_timestamp_seconds.
 STALE_REASON = "no sample within 2 intervals"
 
 
-def _gauge(name: str, what: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, what, labels=list(labels))
+_Family = GaugeMetricFamily | CounterMetricFamily
+
+
+def _family(metric: schema.Metric) -> _Family:
+    """An empty family of a schema row, with every label of the row (the fleet exporter's)."""
+    kind = CounterMetricFamily if metric.type == schema.COUNTER else GaugeMetricFamily
+    return kind(metric.name, metric.help, labels=list(metric.labels_for(schema.FLEET)))
 
 
 def _current(view: NodeView) -> bool:
@@ -91,11 +83,7 @@ class FleetMetrics:
     def _xid_family(self, snapshot: FleetSnapshot) -> Metric:
         """The XID counts each node's agent keeps (since it started listening), while the node's
         data is current."""
-        fam = CounterMetricFamily(
-            "gpuops_xid_errors",
-            "XID critical errors NVML reported for a GPU since the node's agent started listening",
-            labels=["gpu", "UUID", "Hostname", "node", "team", "pool", "xid"],
-        )
+        fam = _family(schema.XID_ERRORS)
         for view in snapshot.nodes:
             if not _current(view) or view.sample is None or view.sample.health is None:
                 continue
@@ -110,14 +98,14 @@ class FleetMetrics:
         return fam
 
     def _dcgm_families(self, snapshot: FleetSnapshot) -> list[Metric]:
-        out: dict[str, GaugeMetricFamily] = {}
+        out: dict[str, _Family] = {}
         for view in snapshot.nodes:
             if not _current(view) or view.sample is None:
                 continue
             for fam in dcgm_families(view.sample):
-                metric = out.get(fam.name)
+                metric = out.get(fam.metric.name)
                 if metric is None:
-                    metric = out[fam.name] = _gauge(fam.name, fam.help, DCGM_LABELS)
+                    metric = out[fam.metric.name] = _family(fam.metric)
                 for labels, value in fam.samples:
                     metric.add_metric(list(labels), value)
         return list(out.values())
@@ -125,51 +113,29 @@ class FleetMetrics:
     # ---- nodes ---------------------------------------------------------------------------------
 
     def _node_families(self, snapshot: FleetSnapshot) -> list[Metric]:
-        up = _gauge(
-            "gpuops_node_up",
-            "1 when the node's agent streams samples, 0 when not; state and reason say why",
-            (*NODE_LABELS, "state", "reason"),
-        )
-        taken = _gauge(
-            "gpuops_node_sample_timestamp_seconds",
-            "When the node took its latest sample (seconds since the epoch), while it is current",
-            NODE_LABELS,
-        )
+        up = _family(schema.NODE_UP)
+        taken = _family(schema.NODE_SAMPLE_TIMESTAMP)  # while the node's data is current
         for view in snapshot.nodes:
             reason = STALE_REASON if view.state == STALE else view.reason
             host = _hostname(view)
-            up.add_metric([view.name, host, view.state, reason], 1.0 if view.state == LIVE else 0.0)
+            up.add_metric([host, view.name, view.state, reason], 1.0 if view.state == LIVE else 0.0)
             if _current(view):
                 assert view.sample is not None
-                taken.add_metric([view.name, host], view.sample.timestamp)
+                taken.add_metric([host, view.name], view.sample.timestamp)
         return [up, taken]
 
     # ---- GPUs ----------------------------------------------------------------------------------
 
     def _gpu_families(self, snapshot: FleetSnapshot) -> list[Metric]:
-        info_f = _gauge(
-            "gpuops_gpu_info",
-            "One per GPU, value 1: driver version and MIG mode as labels",
-            (*GPU_LABELS, "driver_version", "mig_mode"),
-        )
-        util = _gauge("gpuops_gpu_utilization_ratio", "GPU utilization as NVML reports it (0..1)", GPU_LABELS)
-        used = _gauge("gpuops_gpu_memory_used_bytes", "GPU memory in use", GPU_LABELS)
-        total = _gauge("gpuops_gpu_memory_total_bytes", "GPU memory in all", GPU_LABELS)
-        power = _gauge("gpuops_gpu_power_watts", "Power draw", GPU_LABELS)
-        temp = _gauge("gpuops_gpu_temperature_celsius", "GPU temperature", GPU_LABELS)
-        mig_used = _gauge(
-            "gpuops_mig_instance_memory_used_bytes", "Memory in use in a MIG GPU instance", MIG_LABELS
-        )
-        mig_util = _gauge(
-            "gpuops_mig_instance_utilization_ratio",
-            "SM utilization of a MIG GPU instance from NVML's GPM (0..1; Hopper and newer)",
-            MIG_LABELS,
-        )
-        mig_procs = _gauge(
-            "gpuops_mig_instance_processes",
-            "Processes on a MIG GPU instance (a slice's busy evidence where NVML has no utilization)",
-            MIG_LABELS,
-        )
+        info_f = _family(schema.GPU_INFO)
+        util = _family(schema.GPU_UTILIZATION)
+        used = _family(schema.GPU_MEMORY_USED)
+        total = _family(schema.GPU_MEMORY_TOTAL)
+        power = _family(schema.GPU_POWER)
+        temp = _family(schema.GPU_TEMPERATURE)
+        mig_used = _family(schema.MIG_MEMORY_USED)
+        mig_util = _family(schema.MIG_UTILIZATION)
+        mig_procs = _family(schema.MIG_PROCESSES)
         for view in snapshot.nodes:
             if not _current(view):
                 continue
@@ -231,17 +197,8 @@ class FleetMetrics:
     # ---- tenants and pools ---------------------------------------------------------------------
 
     def _tenant_families(self, snapshot: FleetSnapshot) -> list[Metric]:
-        gpu_used = _gauge(
-            "gpuops_tenant_gpu_used",
-            "GPUs' worth of GPU time a team uses now on the node (utilization-weighted "
-            "GPU-equivalents, as `gpuops tenants` counts used)",
-            ("tenant", "node"),
-        )
-        memory = _gauge(
-            "gpuops_tenant_memory_used_bytes",
-            "GPU memory a team's processes hold on the node",
-            ("tenant", "node"),
-        )
+        gpu_used = _family(schema.TENANT_GPU_USED)
+        memory = _family(schema.TENANT_MEMORY_USED)
         for view in snapshot.nodes:
             if not _current(view):
                 continue
@@ -253,19 +210,9 @@ class FleetMetrics:
         return [gpu_used, memory, *self._ownership_families(tenant_rows(snapshot, self.ownership))]
 
     def _ownership_families(self, rows: tuple[TenantRow, ...]) -> list[Metric]:
-        owned = _gauge(
-            "gpuops_tenant_owned_gpus",
-            "GPUs a team owns (fleet.yaml), in its silo or in pools, among the GPUs seen",
-            ("tenant",),
-        )
-        guaranteed = _gauge(
-            "gpuops_tenant_guaranteed_gpus",
-            "GPUs a team is guaranteed: its silo (pool empty) and its share of each pool's GPUs",
-            ("tenant", "pool"),
-        )
-        pool_gpus = _gauge(
-            "gpuops_pool_gpus", "GPUs in each pool of fleet.yaml, among the GPUs seen", ("pool",)
-        )
+        owned = _family(schema.TENANT_OWNED_GPUS)
+        guaranteed = _family(schema.TENANT_GUARANTEED_GPUS)
+        pool_gpus = _family(schema.POOL_GPUS)
         fleet = self.ownership.fleet
         declared = fleet.pools if fleet is not None else {}
         sizes = {r.pool: r.owned for r in rows if r.pool is not None}

@@ -3,10 +3,10 @@ sample, the limiter's regions and the node's MPS daemons, handed to prometheus-c
 custom collector (`NodeCollector.collect`).
 
 Nothing here asks NVML: the sample is the one the agent's sampling loop took (node/sampler.py).
-The families are plain data (`Family`) so they can be built and checked without
-prometheus-client; the client is imported only inside `collect`, which runs only when the
-exporter serves (`gpuops agent --metrics`), so the zipapp pushed for agentless monitoring keeps
-working without it.
+Names, types, help and labels are the rows of core/metric_schema.py (`Family.of`). The families
+are plain data (`Family`) so they can be built and checked without prometheus-client; the client
+is imported only inside `collect`, which runs only when the exporter serves (`gpuops agent
+--metrics`), so the zipapp pushed for agentless monitoring keeps working without it.
 
 Standard library only at module level; valid Python 3.8 (runs on GPU nodes).
 """
@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from gpuops.core.dcgm import LABELS as DCGM_LABELS
+from gpuops.core import metric_schema as schema
 from gpuops.core.dcgm import dcgm_families
 from gpuops.core.model import Gpu, NodeSample, NotAvailable
 from gpuops.node.limiter import RegionSnapshot, gpu_shares, read_regions
@@ -27,15 +27,6 @@ from gpuops.node.sampler import Latest
 log = logging.getLogger("gpuops.agent")
 
 MAX_PROCESS_SERIES = 10000  # `--process-metrics top:N`: N at most this
-# dcgm-exporter's labels (so its dashboards and joins keep working) plus gpuops' `node`.
-GPU_LABELS = ("gpu", "UUID", "device", "modelName", "pci_bus_id", "Hostname", "node")
-MIG_LABELS = ("gpu", "UUID", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID", "Hostname", "node")
-LIMITER_LABELS = ("gpu", "UUID", "Hostname", "node", "tenant")
-XID_LABELS = ("gpu", "UUID", "Hostname", "node", "xid")
-MPS_LABELS = ("gpu", "UUID", "Hostname", "node", "pipe_directory", "user")
-# GPU_I_ID: the MIG GPU instance the process runs in ("" when none), so that a reader of the
-# series (the PromQL fleet source) can put MIG use on its slice, as the agent protocol does.
-PROCESS_LABELS = ("gpu", "UUID", "Hostname", "node", "pid", "user", "tenant", "GPU_I_ID")
 
 
 @dataclass
@@ -47,6 +38,12 @@ class Family:
     help: str
     labels: Tuple[str, ...]
     samples: List[Tuple[Tuple[str, ...], float]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, metric: schema.Metric) -> "Family":
+        """An empty family of a schema row, with the labels the node exporter writes (no `team`,
+        `pool`, `state` or `reason`: the fleet exporter's knowledge)."""
+        return cls(metric.name, metric.type, metric.help, metric.labels_for(schema.NODE))
 
     def add(self, values: Sequence[str], value: float) -> None:
         self.samples.append((tuple(values), float(value)))
@@ -108,7 +105,7 @@ class NodeCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         for fam in self.families():
-            kinds = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
+            kinds = {schema.GAUGE: GaugeMetricFamily, schema.COUNTER: CounterMetricFamily}
             metric = kinds[fam.kind](fam.name, fam.help, labels=list(fam.labels))
             for values, value in fam.samples:
                 metric.add_metric(list(values), value)
@@ -121,22 +118,12 @@ class NodeCollector:
         sample = latest.sample
         hostname = sample.hostname if sample is not None else ""
         node = self.node or hostname
-        up = Family(
-            "gpuops_node_up",
-            "gauge",
-            "1 when the agent's last sample of this node succeeded, 0 when it failed",
-            ("Hostname", "node"),
-        )
+        up = Family.of(schema.NODE_UP)
         up.add((hostname, node), 0.0 if latest.error or sample is None else 1.0)
         out = [up]
         if sample is None:
             return out
-        taken = Family(
-            "gpuops_node_sample_timestamp_seconds",
-            "gauge",
-            "When the node took the sample these figures come from (seconds since the epoch)",
-            ("Hostname", "node"),
-        )
+        taken = Family.of(schema.NODE_SAMPLE_TIMESTAMP)
         taken.add((hostname, node), sample.timestamp)
         out.append(taken)
         out += self._gpu_families(sample, node)
@@ -164,32 +151,15 @@ class NodeCollector:
         )
 
     def _gpu_families(self, sample: NodeSample, node: str) -> List[Family]:
-        def gauge(name: str, what: str, labels: Tuple[str, ...] = GPU_LABELS) -> Family:
-            return Family(name, "gauge", what, labels)
-
-        info_f = gauge(
-            "gpuops_gpu_info",
-            "One per GPU, value 1: driver version and MIG mode as labels",
-            (*GPU_LABELS, "driver_version", "mig_mode"),
-        )
-        util = gauge("gpuops_gpu_utilization_ratio", "GPU utilization as NVML reports it (0..1)")
-        used = gauge("gpuops_gpu_memory_used_bytes", "GPU memory in use")
-        total = gauge("gpuops_gpu_memory_total_bytes", "GPU memory in all")
-        power = gauge("gpuops_gpu_power_watts", "Power draw")
-        temp = gauge("gpuops_gpu_temperature_celsius", "GPU temperature")
-        mig_used = gauge(
-            "gpuops_mig_instance_memory_used_bytes", "Memory in use in a MIG GPU instance", MIG_LABELS
-        )
-        mig_util = gauge(
-            "gpuops_mig_instance_utilization_ratio",
-            "SM utilization of a MIG GPU instance from NVML's GPM (0..1; Hopper and newer)",
-            MIG_LABELS,
-        )
-        mig_procs = gauge(
-            "gpuops_mig_instance_processes",
-            "Processes on a MIG GPU instance (a slice's busy evidence where NVML has no utilization)",
-            MIG_LABELS,
-        )
+        info_f = Family.of(schema.GPU_INFO)
+        util = Family.of(schema.GPU_UTILIZATION)
+        used = Family.of(schema.GPU_MEMORY_USED)
+        total = Family.of(schema.GPU_MEMORY_TOTAL)
+        power = Family.of(schema.GPU_POWER)
+        temp = Family.of(schema.GPU_TEMPERATURE)
+        mig_used = Family.of(schema.MIG_MEMORY_USED)
+        mig_util = Family.of(schema.MIG_UTILIZATION)
+        mig_procs = Family.of(schema.MIG_PROCESSES)
         for gpu in sample.gpus:
             values = self._gpu_values(gpu, sample.hostname, node)
             mode = "" if gpu.mig is None else "enabled" if gpu.mig.current else "disabled"
@@ -229,12 +199,7 @@ class NodeCollector:
         return [info_f, util, used, total, power, temp, mig_used, mig_util, mig_procs]
 
     def _xid_family(self, sample: NodeSample, node: str) -> Family:
-        fam = Family(
-            "gpuops_xid_errors_total",
-            "counter",
-            "XID critical errors NVML reported for a GPU since the agent started listening",
-            XID_LABELS,
-        )
+        fam = Family.of(schema.XID_ERRORS)
         health = sample.health
         if health is None:
             return fam
@@ -247,36 +212,16 @@ class NodeCollector:
     def _dcgm_families(self, sample: NodeSample) -> List[Family]:
         out = []
         for fam in dcgm_families(sample):
-            kept = Family(fam.name, "gauge", fam.help, DCGM_LABELS)
+            kept = Family.of(fam.metric)
             kept.samples = fam.samples
             out.append(kept)
         return out
 
     def _limiter_families(self, sample: NodeSample, node: str) -> List[Family]:
-        limit = Family(
-            "gpuops_limiter_memory_limit_bytes",
-            "gauge",
-            "A tenant's memory cap on a GPU, from the limiter's region (absent when uncapped)",
-            LIMITER_LABELS,
-        )
-        used = Family(
-            "gpuops_limiter_memory_used_bytes",
-            "gauge",
-            "GPU memory a tenant's live processes hold under the limiter",
-            LIMITER_LABELS,
-        )
-        target = Family(
-            "gpuops_limiter_compute_share_target_ratio",
-            "gauge",
-            "A tenant's compute share of a GPU as the tenant table sets it (0..1)",
-            (*LIMITER_LABELS, "policy"),
-        )
-        achieved = Family(
-            "gpuops_limiter_compute_share_ratio",
-            "gauge",
-            "The share of the GPU's time a tenant got since the previous scrape (0..1)",
-            LIMITER_LABELS,
-        )
+        limit = Family.of(schema.LIMITER_MEMORY_LIMIT)
+        used = Family.of(schema.LIMITER_MEMORY_USED)
+        target = Family.of(schema.LIMITER_SHARE_TARGET)
+        achieved = Family.of(schema.LIMITER_SHARE)
         index = {gpu.info.uuid: str(gpu.info.index) for gpu in sample.gpus}
         seen: Dict[str, RegionSnapshot] = {}
         for path, snap, error in read_regions(self.limiter_dir or ""):
@@ -299,13 +244,7 @@ class NodeCollector:
         return [limit, used, target, achieved]
 
     def _mps_families(self, sample: NodeSample, node: str) -> List[Family]:
-        fam = Family(
-            "gpuops_mps_active_thread_percentage",
-            "gauge",
-            "An MPS daemon's default active thread percentage (user empty), and each of its "
-            "servers' (by user)",
-            MPS_LABELS,
-        )
+        fam = Family.of(schema.MPS_ACTIVE_THREAD_PERCENTAGE)
         assert self.mps is not None
         uuids = {gpu.info.index: gpu.info.uuid for gpu in sample.gpus}
         try:
@@ -336,19 +275,9 @@ class NodeCollector:
     def _process_families(self, sample: NodeSample, node: str) -> List[Family]:
         # The bound says the per-process series are on: a reader then knows that a GPU without
         # any has no process (none, not "not exported"), and when the list may be cut.
-        limit = Family(
-            "gpuops_process_series_limit",
-            "gauge",
-            "The most per-process series this node exports (--process-metrics top:N); absent when off",
-            ("Hostname", "node"),
-        )
+        limit = Family.of(schema.PROCESS_SERIES_LIMIT)
         limit.add((sample.hostname, node), self.process_top)
-        fam = Family(
-            "gpuops_process_gpu_memory_used_bytes",
-            "gauge",
-            "GPU memory of the processes holding the most (only with --process-metrics top:N)",
-            PROCESS_LABELS,
-        )
+        fam = Family.of(schema.PROCESS_MEMORY_USED)
         rows = []
         for gpu in sample.gpus:
             for p in gpu.processes:

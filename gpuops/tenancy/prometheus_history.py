@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from gpuops.core.history import MINUTE, Bucket, GpuUsage, History, UserUsage
+from gpuops.core.metric_schema import GPU_INFO, GPU_MEMORY_TOTAL, GPU_MEMORY_USED
 from gpuops.fleet.promql.client import PromClient, PromError, RangeAnswer
 from gpuops.fleet.promql.decode import LIMITER_SOURCE
 from gpuops.tenancy.accounting import Window
@@ -34,12 +35,14 @@ RULES_HINT = "load deploy/prometheus/gpuops-history.rules.yml (docs/prometheus-s
 NO_SERIES = "Prometheus has no series of this node in the window (is its exporter scraped?)"
 KEY_LABELS = ("node", "gpu", "GPU_I_ID", "user", "tenant")
 
-# (field, query): per GPU, then per key; `{S}` is the bucket's span, as a range.
+# (field, query): per GPU, then per key; `{S}` is the bucket's span, as a range. The exporters'
+# series by the schema's names (core/metric_schema.py), the rules' records by theirs.
+_USED = GPU_MEMORY_USED.name
 GPU_QUERIES = (
     ("count", "count_over_time(gpu:gpuops_gpu_time:ratio[{S}])"),
     ("busy", "sum_over_time(gpu:gpuops_gpu_time:ratio[{S}])"),
-    ("memory", "max by (node, gpu) (avg_over_time(gpuops_gpu_memory_used_bytes[{S}]))"),
-    ("memory_max", "max by (node, gpu) (max_over_time(gpuops_gpu_memory_used_bytes[{S}]))"),
+    ("memory", f"max by (node, gpu) (avg_over_time({_USED}[{{S}}]))"),
+    ("memory_max", f"max by (node, gpu) (max_over_time({_USED}[{{S}}]))"),
 )
 KEY_QUERIES = (
     ("count", "count_over_time(gpu_key:gpuops_gpu_held:ratio[{S}])"),
@@ -50,8 +53,8 @@ KEY_QUERIES = (
     ("process_max", "max_over_time(gpu_key:gpuops_process_memory_used_bytes:max[{S}])"),
     ("processes", "max_over_time(gpu_key:gpuops_processes:count[{S}])"),
 )
-INFO_QUERY = "max by (node, gpu, UUID, modelName, mig_mode) (last_over_time(gpuops_gpu_info[{W}]))"
-TOTAL_QUERY = "max by (node, gpu) (last_over_time(gpuops_gpu_memory_total_bytes[{W}]))"
+INFO_QUERY = f"max by (node, gpu, UUID, modelName, mig_mode) (last_over_time({GPU_INFO.name}[{{W}}]))"
+TOTAL_QUERY = f"max by (node, gpu) (last_over_time({GPU_MEMORY_TOTAL.name}[{{W}}]))"
 
 GpuId = tuple[str, int]  # (node, GPU index)
 KeyId = tuple[str, int, str, str, str]  # (node, GPU index, GPU instance, user, tenant)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gpuops.core import metric_schema as schema
 from gpuops.core.mig.catalog import GpuInstanceProfile, MigModel, find_model
 from gpuops.core.model import (
     ComputeInstance,
@@ -38,20 +39,24 @@ NO_PROCESS_SERIES = "NO_PROCESS_SERIES"
 LIMITER_SOURCE = "limiter"  # as the node's limiter tagger names where a process's tenant came from
 
 # The live figures of a fleet, as one instant query: a handful of queries per refresh however
-# many nodes there are (the answer grows with the GPUs, the number of requests does not).
-NODE_METRICS = (
-    "gpuops_node_up",
-    "gpuops_node_sample_timestamp_seconds",
-    "gpuops_gpu_info",
-    "gpuops_gpu_utilization_ratio",
-    "gpuops_gpu_memory_used_bytes",
-    "gpuops_gpu_memory_total_bytes",
-    "gpuops_gpu_power_watts",
-    "gpuops_gpu_temperature_celsius",
-    "gpuops_mig_instance_memory_used_bytes",
-    "gpuops_mig_instance_utilization_ratio",
-    "gpuops_process_gpu_memory_used_bytes",
-    "gpuops_process_series_limit",
+# many nodes there are (the answer grows with the GPUs, the number of requests does not). The
+# names are the schema's (core/metric_schema.py), as the exporters write them.
+NODE_METRICS = tuple(
+    m.name
+    for m in (
+        schema.NODE_UP,
+        schema.NODE_SAMPLE_TIMESTAMP,
+        schema.GPU_INFO,
+        schema.GPU_UTILIZATION,
+        schema.GPU_MEMORY_USED,
+        schema.GPU_MEMORY_TOTAL,
+        schema.GPU_POWER,
+        schema.GPU_TEMPERATURE,
+        schema.MIG_MEMORY_USED,
+        schema.MIG_UTILIZATION,
+        schema.PROCESS_MEMORY_USED,
+        schema.PROCESS_SERIES_LIMIT,
+    )
 )
 
 
@@ -86,7 +91,7 @@ class NodeSeries:
     instance: str
     job: str
     hostname: str = ""
-    up: float | None = None  # gpuops_node_up
+    up: float | None = None  # gpuops_node_up (schema.NODE_UP)
     state: str = ""  # the fleet exporter's state and reason labels on gpuops_node_up
     reason: str = ""
     sampled: float | None = None  # gpuops_node_sample_timestamp_seconds: when the node sampled
@@ -106,12 +111,19 @@ class NodeSeries:
 
 
 _GPU_VALUES = {
-    "gpuops_gpu_utilization_ratio": "util",
-    "gpuops_gpu_memory_used_bytes": "used",
-    "gpuops_gpu_memory_total_bytes": "total",
-    "gpuops_gpu_power_watts": "power",
-    "gpuops_gpu_temperature_celsius": "temp",
+    schema.GPU_UTILIZATION.name: "util",
+    schema.GPU_MEMORY_USED.name: "used",
+    schema.GPU_MEMORY_TOTAL.name: "total",
+    schema.GPU_POWER.name: "power",
+    schema.GPU_TEMPERATURE.name: "temp",
 }
+_UP = schema.NODE_UP.name
+_SAMPLED = schema.NODE_SAMPLE_TIMESTAMP.name
+_PROCESS_LIMIT = schema.PROCESS_SERIES_LIMIT.name
+_INFO = schema.GPU_INFO.name
+_MIG_USED = schema.MIG_MEMORY_USED.name
+_MIG_UTIL = schema.MIG_UTILIZATION.name
+_PROCESS_MEMORY = schema.PROCESS_MEMORY_USED.name
 
 
 def group_series(series: Iterable[Series]) -> dict[str, NodeSeries]:
@@ -130,12 +142,12 @@ def group_series(series: Iterable[Series]) -> dict[str, NodeSeries]:
         name = labels.get("__name__", "")
         if labels.get("Hostname"):
             ns.hostname = labels["Hostname"]
-        if name == "gpuops_node_up":
+        if name == _UP:
             ns.up = s.value
             ns.state, ns.reason = labels.get("state", ""), labels.get("reason", "")
-        elif name == "gpuops_node_sample_timestamp_seconds":
+        elif name == _SAMPLED:
             ns.sampled = s.value
-        elif name == "gpuops_process_series_limit":
+        elif name == _PROCESS_LIMIT:
             ns.process_limit = s.value
         else:
             gpu = ns.gpu(labels)
@@ -143,22 +155,22 @@ def group_series(series: Iterable[Series]) -> dict[str, NodeSeries]:
                 continue
             if labels.get("team"):
                 gpu.team = labels["team"]
-            if name == "gpuops_gpu_info":
+            if name == _INFO:
                 gpu.info = labels
                 ns.driver = labels.get("driver_version", "") or ns.driver
             elif name in _GPU_VALUES:
                 gpu.values[_GPU_VALUES[name]] = s.value
-            elif name == "gpuops_mig_instance_memory_used_bytes":
+            elif name == _MIG_USED:
                 try:
                     gpu.mig[int(labels.get("GPU_I_ID", ""))] = (labels.get("GPU_I_PROFILE", ""), s.value)
                 except ValueError:
                     continue
-            elif name == "gpuops_mig_instance_utilization_ratio":
+            elif name == _MIG_UTIL:
                 try:
                     gpu.mig_util[int(labels.get("GPU_I_ID", ""))] = s.value
                 except ValueError:
                     continue
-            elif name == "gpuops_process_gpu_memory_used_bytes":
+            elif name == _PROCESS_MEMORY:
                 gpu.processes.append(labels)
                 gpu.process_memory.append(s.value)
     chosen: dict[str, NodeSeries] = {}

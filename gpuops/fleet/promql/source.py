@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from gpuops.core.metric_schema import NODE_SAMPLE_TIMESTAMP, NODE_UP
 from gpuops.fleet.collector import (
     CONNECTING,
     LIVE,
@@ -183,13 +184,12 @@ class PromSource:
         sel = self.selector
         inner = f"{{{sel}}}" if sel else ""
         t = self.timeout
+        sampled, node_up = NODE_SAMPLE_TIMESTAMP.name, NODE_UP.name
         data_q = self.client.query(live_query(sel), timeout=t)
-        scraped_q = self.client.query(f"timestamp(gpuops_node_sample_timestamp_seconds{inner})", timeout=t)
-        seen_q = self.client.query(
-            f"last_over_time(gpuops_node_sample_timestamp_seconds{inner}[{LOOKBACK}])", timeout=t
-        )
+        scraped_q = self.client.query(f"timestamp({sampled}{inner})", timeout=t)
+        seen_q = self.client.query(f"last_over_time({sampled}{inner}[{LOOKBACK}])", timeout=t)
         up_q = self.client.query(
-            f"up and on (instance, job) last_over_time(gpuops_node_up{inner}[{LOOKBACK}])", timeout=t
+            f"up and on (instance, job) last_over_time({node_up}{inner}[{LOOKBACK}])", timeout=t
         )
         answers = await asyncio.gather(data_q, scraped_q, seen_q, up_q, return_exceptions=True)
         data = answers[0]
