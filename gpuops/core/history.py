@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from gpuops.core.busy import busy_fraction as busy_fraction  # GPU-time's one rule (core/busy.py)
 from gpuops.core.model import Gpu, GpuInstance, GpuProcess, NotAvailable
 
 MINUTE = 60.0
@@ -235,16 +236,6 @@ def _key_shares(
         busy = weight if util is None else weight * util
         out.append(KeyShare(key, weight, busy, memory, process_max, count))
     return out
-
-
-def busy_fraction(util: Optional[float]) -> Optional[float]:
-    """The part of a GPU (or MIG slice) that works by `util` %, 0..1; None where none is reported
-    or the figure is not a number. One rule for GPU-time, here and in the live views
-    (gpuops/views): a reading past 100% never counts more than the whole GPU, one below 0 never
-    less than none."""
-    if util is None or not math.isfinite(util):
-        return None
-    return min(1.0, max(0.0, util / 100.0))
 
 
 def gpu_shares(gpu: Gpu) -> GpuShare:

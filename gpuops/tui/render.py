@@ -10,15 +10,17 @@ from collections.abc import Sequence
 from rich.style import Style
 from rich.text import Text
 
+from gpuops.core.busy import BUSY_PERCENT
 from gpuops.core.units import format_bytes, format_duration
 from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE
 from gpuops.views import format as fmt
 
 NA = fmt.NA
 
-# Utilization: grey when idle (under 5%: the waste to see), then greens, brighter when busier.
+# Utilization: grey when idle (under BUSY_PERCENT, 5%: the waste to see), then greens, brighter
+# when busier.
 UTIL_STEPS: tuple[tuple[float, str, str], ...] = (
-    (5.0, "#3a3a3a", "#9e9e9e"),
+    (BUSY_PERCENT, "#3a3a3a", "#9e9e9e"),
     (25.0, "#2b4f26", "#e0e0e0"),
     (50.0, "#3b7030", "#ffffff"),
     (75.0, "#4f9a35", "#ffffff"),

@@ -17,13 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from gpuops.core.busy import is_busy
 from gpuops.core.history import instance_fraction
 from gpuops.core.model import Gpu, GpuProcess
 from gpuops.fleet.collector import LIVE, STALE, NodeView
 from gpuops.tenancy.ownership import UNOWNED, Ownership
 from gpuops.views.common import (
     BUSY,
-    BUSY_PERCENT,
     FREE,
     HELD,
     HELD_MEMORY_PERCENT,
@@ -442,7 +442,8 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
                 sample = samples.get(gi_id)
                 procs: Sequence[int] = on.get(gi_id, ())
                 on_it = len(procs)
-                # as_int, as_float, percent_of and capacity_state, inline: every MIG slice
+                # as_int, as_float, percent_of and capacity_state (busy: core's is_busy), inline:
+                # every MIG slice
                 if sample is None:
                     util = memory = memory_t = None
                     used_b = None
@@ -461,15 +462,9 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
                 if util is not None:
                     slices_util += util * fraction
                     slices_weight += fraction
-                    if util >= BUSY_PERCENT:
-                        state = BUSY
-                    elif on_it or (memory is not None and memory >= HELD_MEMORY_PERCENT):
-                        state = HELD
-                    else:
-                        state = FREE
-                elif on_it:
+                if is_busy(util, on_it):
                     state = BUSY
-                elif memory is not None and memory >= HELD_MEMORY_PERCENT:
+                elif on_it or (memory is not None and memory >= HELD_MEMORY_PERCENT):
                     state = HELD
                 else:
                     state = FREE
@@ -579,22 +574,16 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
         )
         if lost:
             continue  # a LOST cell: not busy, not held, no utilization
-        # capacity_state and TeamAcc.capacity, inline: every whole GPU, every update
-        if util is not None and util >= BUSY_PERCENT:
+        # capacity_state (busy: core's is_busy) and TeamAcc.capacity, inline: every whole GPU,
+        # every update
+        if is_busy(util, nproc):
             busy += 1.0
-        elif (util is None and nproc) or not current:
-            state = capacity_state(util, nproc, memory)
-            if state == BUSY:
-                busy += 1.0
-            elif state == HELD:
-                held += 1.0
-            if current:
-                c.capacity(state, 1.0)
         elif nproc or (memory is not None and memory >= HELD_MEMORY_PERCENT):
             held += 1.0
-            c.idle += 1.0
-            c.held += 1.0
-        else:
+            if current:
+                c.idle += 1.0
+                c.held += 1.0
+        elif current:
             c.idle += 1.0
         if util is not None:
             util_sum += util * 1.0
@@ -679,7 +668,7 @@ def _whole_usage(
             a.use(t, o, owner, pooled, w)
             a.steps.append(busy_time * w)
         c.waste += 1.0 - busy_time
-    elif fraction is not None and util is not None and util >= BUSY_PERCENT:
+    elif fraction is not None and is_busy(util, 0):
         # Busy with processes we cannot see (no permission to list them): the owner's.
         o.used += 1.0
         o.steps.append(fraction)

@@ -21,6 +21,7 @@ import pytest
 from prometheus_client.metrics_core import Metric as PromFamily
 
 from gpuops.core import metric_schema as schema
+from gpuops.core.busy import gpu_busy
 from gpuops.core.model import NodeHealth, NodeSample, NotAvailable, XidCount
 from gpuops.exporter.fleet_metrics import FleetMetrics
 from gpuops.fleet.collector import FleetSnapshot, NodeView
@@ -331,6 +332,7 @@ def _same_gpus(decoded: NodeSample, sample: NodeSample, owners: dict[int, str | 
         assert [(p.pid, p.used_memory_bytes, p.user, p.gpu_instance_id) for p in got.processes] == sorted(
             (p.pid, p.used_memory_bytes, p.user, p.gpu_instance_id) for p in want.processes
         ), where
+        assert gpu_busy(got) == gpu_busy(want), where  # busy over Prometheus as over SSH
 
 
 def test_the_decoder_reads_back_what_the_node_exporter_renders(
