@@ -3,6 +3,7 @@
 import os
 import signal
 
+import pytest
 from hypothesis import settings
 
 # A run started in the background by a non-interactive shell (`bash .ci/run &`, nohup) has SIGINT
@@ -13,6 +14,13 @@ from hypothesis import settings
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# pytest-xdist's workers (make test runs in parallel) start with COLUMNS=80 and LINES=24 in their
+# environment, which a plain run does not have: every gpuops the tests start would lay its tables
+# out for 80 columns. The workers run the tests as the plain run does.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
 # The real-SSH fixtures (sshd on loopback, hosts in network namespaces): see docs/testing.md.
 pytest_plugins = ["tests.sshtest.fixtures"]
 
@@ -22,3 +30,16 @@ pytest_plugins = ["tests.sshtest.fixtures"]
 settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("GPUOPS_HYPOTHESIS_PROFILE"):
     settings.load_profile(os.environ["GPUOPS_HYPOTHESIS_PROFILE"])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup` (make test), the tests of a module that uses a module-scoped
+    fixture (a simulated fleet, a Prometheus) run on one worker, so the fixture starts once; every
+    other test goes to whichever worker is free. Runs before xdist reads the groups."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
