@@ -17,6 +17,10 @@ from tests.native.conftest import Lab, read_until, step
 KILLS = 1000
 PARALLEL = 6
 SLOTS = 64
+# A lock left by a killed process would stop the others for the rest of the storm (the region's
+# mutex is robust: the next locker takes it over at once). Seconds without progress short of that
+# are the scheduler's, on a 2-core machine running the suite's other workers beside this test.
+STALL_NS = 5_000_000_000
 
 
 def _progress(m: mmap.mmap, slot: int) -> tuple[int, int]:
@@ -56,7 +60,7 @@ def test_sigkill_storm_returns_memory_exactly_and_nobody_waits(lab: Lab) -> None
                 worst_seen = max(worst_seen, worst)
                 if last:
                     victims.append(pid)
-                    if now_ns - last > 1_000_000_000:
+                    if now_ns - last > STALL_NS:
                         stalls.append((pid, (now_ns - last) / 1e9))
                 elif time.monotonic() - started > 10:
                     stalls.append((pid, "never started"))
@@ -75,7 +79,7 @@ def test_sigkill_storm_returns_memory_exactly_and_nobody_waits(lab: Lab) -> None
             p.wait()
     assert kills == KILLS, f"only {kills} kills in the time allowed"
     assert not stalls, f"processes stopped making progress: {stalls[:5]}"
-    assert worst_seen < 1_000_000_000, f"an allocation or free took {worst_seen / 1e9:.2f} s"
+    assert worst_seen < STALL_NS, f"an allocation or free took {worst_seen / 1e9:.2f} s"
 
     # What the agent sees: no live process, nothing in use.
     ((_, snap, error),) = limiter.read_regions(lab.dir)
