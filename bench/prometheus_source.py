@@ -103,13 +103,14 @@ def _wait_scraped(url: str, nodes: int) -> None:
 
 
 async def _operator(fleet_file: str, url: str | None, steady: float, updates: int) -> dict[str, Any]:
-    from gpuops.fleet.collector import LIVE, Collector
+    from gpuops.fleet.collector import Collector
     from gpuops.fleet.promql.source import ExpectedNode, PromSource
+    from gpuops.fleet.source import LIVE, FleetSource
     from gpuops.fleet.targets import node_targets
     from gpuops.spec import load_fleet
     from gpuops.tenancy.ownership import Ownership
     from gpuops.tui.app import GpuopsApp
-    from gpuops.tui.feed import CollectorSource, Feed, FleetSource
+    from gpuops.views.feed import Feed
 
     class ManualFeed(Feed):
         """The feed whose states the benchmark builds and hands on itself, one a second."""
@@ -139,8 +140,10 @@ async def _operator(fleet_file: str, url: str | None, steady: float, updates: in
 
         prom.refresh = timed_round  # type: ignore[method-assign]
     else:
-        collector = Collector(node_targets(fleet), interval=1.0, max_handshakes=fleet.max_handshakes)
-        source = CollectorSource(collector, fleet_file)
+        collector = Collector(
+            node_targets(fleet), interval=1.0, max_handshakes=fleet.max_handshakes, label=fleet_file
+        )
+        source = collector
     feed = ManualFeed(source, Ownership.from_fleet(fleet))
     app = GpuopsApp(feed, tune_gc=True)  # as `gpuops tui` runs it
 

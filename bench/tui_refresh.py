@@ -65,7 +65,7 @@ async def _measure(gpus: int, updates: int) -> dict[str, Any]:
     from gpuops.fleet.simsource import SimSource
     from gpuops.tenancy.ownership import Ownership
     from gpuops.tui.app import GpuopsApp
-    from gpuops.tui.feed import Feed
+    from gpuops.views.feed import Feed
 
     clock = [EPOCH]
     source = SimSource.scenario("large", _nodes_for(gpus), epoch=EPOCH - 86400, clock=lambda: clock[0])

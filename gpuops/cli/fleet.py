@@ -31,8 +31,8 @@ from gpuops.cli.sources import (
 from gpuops.core.codec import to_json
 from gpuops.core.model import Gpu
 from gpuops.core.units import UnitError, format_duration, parse_duration
-from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, FleetSnapshot
 from gpuops.fleet.remote_agent import PUSHED
+from gpuops.fleet.source import LIVE, STALE, UNREACHABLE, FleetSnapshot
 from gpuops.fleet.ssh import run
 from gpuops.spec import Fleet
 from gpuops.tenancy.ownership import Ownership

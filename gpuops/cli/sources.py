@@ -1,35 +1,25 @@
 """Which fleet source a live command reads: the nodes over SSH (the collector), or Prometheus
-(`--prometheus URL`, else fleet.yaml's `source: {prometheus: URL}`). Both answer `start`,
-`stop`, `snapshot` and `discover` the same way, with the same snapshots, so the tables and screens
-built on them do not know which one it is (docs/prometheus-source.md)."""
+(`--prometheus URL`, else fleet.yaml's `source: {prometheus: URL}`). Both are a `FleetSource`
+(gpuops/fleet/source.py) with the same snapshots, so the tables and screens built on them do not
+know which one it is (docs/prometheus-source.md)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from gpuops.cli.errors import fail
 from gpuops.spec import Fleet, fleet_from_data
 from gpuops.spec.types import parse_prometheus_url
 
 if TYPE_CHECKING:  # the sources themselves are loaded when a command reads (not for --help)
-    from gpuops.fleet.collector import FleetSnapshot
     from gpuops.fleet.promql.source import PromSource
+    from gpuops.fleet.source import FleetSource
 
 PROMETHEUS_HELP = (
     "Read the fleet from this Prometheus (its HTTP API's base URL) instead of over SSH "
     "(default: fleet.yaml's source.prometheus, if any)."
 )
-
-
-class LiveFleet(Protocol):
-    def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def snapshot(self, now: float | None = None) -> FleetSnapshot: ...
-
-    async def discover(self, timeout: float) -> FleetSnapshot: ...
 
 
 def no_fleet() -> Fleet:
@@ -69,7 +59,7 @@ def prometheus_source(url: str, fleet: Fleet | None, interval: float) -> PromSou
     )
 
 
-def live_fleet(fleet: Fleet, url: str | None, interval: float, has_file: bool = True) -> LiveFleet:
+def live_fleet(fleet: Fleet, url: str | None, interval: float, has_file: bool = True) -> FleetSource:
     """The source a live command reads: Prometheus at `url`, else the fleet's nodes over SSH."""
     if url is not None:
         return prometheus_source(url, fleet if has_file else None, interval)

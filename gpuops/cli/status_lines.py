@@ -17,8 +17,7 @@ from typing import Any
 
 import typer
 
-from gpuops.cli.sources import LiveFleet
-from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, FleetSnapshot
+from gpuops.fleet.source import LIVE, STALE, UNREACHABLE, FleetSnapshot, FleetSource
 from gpuops.views import format as render
 from gpuops.views.nodes import node_summary
 
@@ -58,7 +57,7 @@ def summary_line(snapshot: FleetSnapshot) -> str:
 
 
 async def print_lines(
-    collector: LiveFleet,
+    collector: FleetSource,
     every: float,
     count: int | None,
     line: Callable[[FleetSnapshot], str],

@@ -17,8 +17,9 @@ import typer
 from gpuops.cli.errors import fail
 
 if TYPE_CHECKING:  # the TUI (Textual) is imported only when a command needs it
+    from gpuops.fleet.local import LocalSource
+    from gpuops.fleet.source import FleetSource
     from gpuops.tenancy.ownership import Ownership
-    from gpuops.tui.feed import FleetSource, LocalSource
 
 TERMINAL_NEEDED = "the live view needs a terminal (stdin and stderr are not one)"
 
@@ -55,7 +56,6 @@ def fleet_source(
     from gpuops.fleet.collector import Collector
     from gpuops.fleet.targets import node_targets
     from gpuops.tenancy.ownership import Ownership
-    from gpuops.tui.feed import FleetFileSource
 
     fleet = load_or_fail(fleet_file) if fleet_file is not None else None
     url = prometheus_url(prometheus, fleet)
@@ -65,10 +65,11 @@ def fleet_source(
         return source, Ownership.from_fleet(fleet if fleet is not None else no_fleet())
     assert fleet_file is not None and fleet is not None
     every = parse_interval(interval, float(fleet.interval))
-    collector = Collector(node_targets(fleet), interval=every, max_handshakes=fleet.max_handshakes)
     text = label or f"{fleet_file} ({len(fleet.nodes)} nodes)"
-    # The source remembers the file: the Pool screen reads and rewrites it (run_tui).
-    return FleetFileSource(collector, text, fleet_file), Ownership.from_fleet(fleet)
+    collector = Collector(
+        node_targets(fleet), interval=every, max_handshakes=fleet.max_handshakes, label=text
+    )
+    return collector, Ownership.from_fleet(fleet)
 
 
 async def _local_backend_error(backend: str, sim_spec: str | None) -> str:
@@ -81,7 +82,7 @@ async def _local_backend_error(backend: str, sim_spec: str | None) -> str:
 def local_source(interval: str | None, backend: str, sim_spec: str | None) -> LocalSource:
     """A LocalSource, after checking that the backend works (NVML present), else a one-line error."""
     from gpuops.fleet.agent_client import AgentError
-    from gpuops.tui.feed import LocalSource
+    from gpuops.fleet.local import LocalSource
 
     every = parse_interval(interval, 1.0)
     try:
@@ -103,13 +104,11 @@ def local_source(interval: str | None, backend: str, sim_spec: str | None) -> Lo
 def run_tui(
     source: FleetSource, ownership: Ownership, readonly: bool, fleet_file: Path | None = None
 ) -> None:
-    """Run the TUI until the user quits; SIGTERM and SIGHUP quit it cleanly too. A source made from
-    a fleet.yaml (fleet_source), or `fleet_file`, gives the Pool screen that file."""
+    """Run the TUI until the user quits; SIGTERM and SIGHUP quit it cleanly too. `fleet_file` (the
+    fleet.yaml the source was made from) gives the Pool screen that file."""
     from gpuops.tui.app import GpuopsApp
-    from gpuops.tui.feed import Feed, FleetFileSource
+    from gpuops.views.feed import Feed
 
-    if isinstance(source, FleetFileSource):
-        fleet_file = source.fleet_file
     pool = None
     if fleet_file is not None:
         # The Pool screen's source brings the planner (and the spec): only with a fleet.yaml.

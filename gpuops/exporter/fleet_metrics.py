@@ -26,7 +26,7 @@ from prometheus_client.metrics_core import Metric
 from gpuops.core import metric_schema as schema
 from gpuops.core.dcgm import dcgm_families
 from gpuops.core.model import Gpu
-from gpuops.fleet.collector import LIVE, STALE, FleetSnapshot, NodeView
+from gpuops.fleet.source import LIVE, STALE, FleetSnapshot, NodeView
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views.common import as_float, as_int
 from gpuops.views.tenants import TenantRow, tenant_rows

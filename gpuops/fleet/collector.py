@@ -1,4 +1,5 @@
-"""The live collector: one persistent agent session per node, and a snapshot of the fleet.
+"""The live collector: one persistent agent session per node, and a snapshot of the fleet; the
+SSH implementation of the fleet source protocol (`FleetSource`, gpuops/fleet/source.py).
 
 Each node runs in its own task (connect, start the agent, take the inventory, then follow a
 `watch` stream), so a slow, frozen or dead node never delays another. Per node the collector
@@ -28,93 +29,34 @@ import resource
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 
-from gpuops.core.model import Node, NodeSample
+from gpuops.core.model import NodeSample
 from gpuops.core.text import printable
-from gpuops.fleet.agent_client import AgentClient, AgentError, Hello
-from gpuops.fleet.remote_agent import AgentLaunch
-from gpuops.fleet.session import agent_connection
-from gpuops.fleet.ssh import Progress, SshError, SshTarget
-
-CONNECTING, LIVE, STALE, UNREACHABLE = "connecting", "live", "stale", "unreachable"
+from gpuops.fleet.agent_client import AgentClient, AgentError
+from gpuops.fleet.session import NodeTarget, agent_connection
+from gpuops.fleet.source import (
+    CONNECTING,
+    LIVE,
+    MAX_EVENTS,
+    STALE,
+    UNREACHABLE,
+    FleetEvent,
+    FleetSnapshot,
+    NodeView,
+    wait_and_clear,
+)
+from gpuops.fleet.ssh import Progress, SshError
 
 BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 30.0
-MAX_EVENTS = 1000
 # While many streams are followed, the loop takes its sockets once per window: 1/20 of the
 # interval, at most 50 ms (so a sample is at most that late, and other work waits at most 40 ms).
 COALESCE_SHARE = 0.1
 COALESCE_MAX = 0.1
 PAUSE_SHARE = 0.8  # of each coalescing window spent letting the sockets fill
 STARTING_SHARE = 8  # no coalescing while more than 1 node connects per 8 that stream
-
-
-@dataclass(frozen=True)
-class NodeTarget:
-    """One node as the collector needs it (built from fleet.yaml by fleet/targets.py)."""
-
-    name: str
-    ssh: SshTarget
-    launch: AgentLaunch = field(default_factory=AgentLaunch)
-    owner: str | None = None
-    labels: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """What is known of one node at one moment. Immutable: screens may keep it."""
-
-    name: str
-    address: str
-    state: str = CONNECTING
-    reason: str = ""
-    since: float = 0.0  # wall time when `state` began
-    last_seen: float | None = None  # wall time the last sample arrived
-    hello: Hello | None = None
-    inventory: Node | None = None
-    sample: NodeSample | None = None
-    owner: str | None = None
-    route: str = ""  # the way the last attempt took: "direct", "via bastion (ProxyJump in ...)"
-    agent: str = ""  # the agent the last session ran: bootstrapped, installed or pushed
-    agent_command: str = ""
-
-    def age(self, now: float) -> float | None:
-        return None if self.last_seen is None else max(0.0, now - self.last_seen)
-
-
-@dataclass(frozen=True)
-class FleetEvent:
-    time: float
-    node: str
-    kind: str  # "live", "stale", "unreachable", "agent-error"
-    message: str
-
-
-@dataclass(frozen=True)
-class SourceHealth:
-    """How a fleet source that stands between gpuops and the nodes is doing (the PromQL source:
-    is Prometheus answering, with which warnings). The SSH source has none: its health is its
-    nodes'."""
-
-    kind: str  # "prometheus"
-    where: str  # its URL
-    state: str  # CONNECTING, LIVE or UNREACHABLE
-    reason: str = ""
-    warnings: tuple[str, ...] = ()  # partial answers, failed side queries: the figures may be short
-    since: float = 0.0  # wall time when `state` began
-
-
-@dataclass(frozen=True)
-class FleetSnapshot:
-    time: float
-    interval: float
-    nodes: tuple[NodeView, ...]
-    source: SourceHealth | None = None
-
-    def count(self, state: str) -> int:
-        return sum(1 for n in self.nodes if n.state == state)
 
 
 class _NodeRecord:
@@ -132,18 +74,9 @@ class _NodeRecord:
         self.silence: asyncio.Future[None] | None = None
 
 
-async def wait_and_clear(event: asyncio.Event, timeout: float | None) -> bool:
-    """A fleet source's `wait_changed`: until `event` is set (then cleared for the next change);
-    False on timeout."""
-    try:
-        await asyncio.wait_for(event.wait(), timeout)
-    except TimeoutError:
-        return False
-    event.clear()
-    return True
-
-
 class Collector:
+    """fleet.yaml's nodes over SSH (a `FleetSource`); `label` names them in titles."""
+
     def __init__(
         self,
         targets: Sequence[NodeTarget],
@@ -153,8 +86,10 @@ class Collector:
         silence_limit: float | None = None,
         backoff_max: float = BACKOFF_MAX,
         coalesce: float | None = None,
+        label: str = "",
     ) -> None:
         self.interval = interval
+        self._label = label or f"{len(targets)} nodes over SSH"
         # The coalescing window in seconds (see `_pause`); 0 turns coalescing off.
         self.coalesce = min(COALESCE_MAX, COALESCE_SHARE * interval) if coalesce is None else coalesce
         self.silence_limit = silence_limit if silence_limit is not None else max(5 * interval, 10.0)
@@ -175,10 +110,14 @@ class Collector:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed = asyncio.Event()
         self._on_change = on_change
-        self.events: deque[FleetEvent] = deque(maxlen=MAX_EVENTS)
+        self._events: deque[FleetEvent] = deque(maxlen=MAX_EVENTS)
         self.samples_received = 0  # node-samples taken in since start (for rates and benchmarks)
 
-    # ---- public ------------------------------------------------------------------------------
+    # ---- FleetSource (gpuops/fleet/source.py) --------------------------------------------------
+
+    @property
+    def label(self) -> str:
+        return self._label
 
     def start(self) -> None:
         _allow_open_files(len(self._records) * 2 + 64)
@@ -206,6 +145,9 @@ class Collector:
                 view = replace(view, reason=record.progress.phase, route=record.progress.route)
             views.append(view)
         return FleetSnapshot(now, self.interval, tuple(views))
+
+    def events(self) -> Sequence[FleetEvent]:
+        return tuple(self._events)
 
     async def wait_changed(self, timeout: float | None = None) -> bool:
         """Wait until some node's data or state changes; False on timeout."""
@@ -266,7 +208,7 @@ class Collector:
             new = replace(new, since=time.time())
             if new.state != CONNECTING:
                 message = new.reason or new.state
-                self.events.append(FleetEvent(time.time(), record.target.name, new.state, message))
+                self._events.append(FleetEvent(time.time(), record.target.name, new.state, message))
         record.view = new
         self._changed.set()
         if self._on_change is not None:
@@ -336,7 +278,7 @@ class Collector:
 
         def on_error(error: AgentError) -> None:
             record.last_message = time.monotonic()
-            self.events.append(FleetEvent(time.time(), name, "agent-error", error.message))
+            self._events.append(FleetEvent(time.time(), name, "agent-error", error.message))
 
         record.last_message = time.monotonic()
         record.silence = asyncio.get_running_loop().create_future()

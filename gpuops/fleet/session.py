@@ -10,18 +10,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import asyncssh
 
 from gpuops.fleet.agent_client import AgentClient, AgentError
-from gpuops.fleet.remote_agent import start_agent
-from gpuops.fleet.ssh import Progress, connect
-
-if TYPE_CHECKING:  # the collector imports this module: NodeTarget only for the annotations
-    from gpuops.fleet.collector import NodeTarget
+from gpuops.fleet.remote_agent import AgentLaunch, start_agent
+from gpuops.fleet.ssh import Progress, SshTarget, connect
 
 CLOSE_TIMEOUT = 2.0
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """One node as a session reaches it (built from fleet.yaml by fleet/targets.py)."""
+
+    name: str
+    ssh: SshTarget
+    launch: AgentLaunch = field(default_factory=AgentLaunch)
+    owner: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @contextlib.asynccontextmanager

@@ -17,7 +17,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from gpuops.fleet.collector import (
+from gpuops.fleet.simfleet import SimFleetPlan, build_fleet
+from gpuops.fleet.simfleet.faults import QueuedEventSource
+from gpuops.fleet.source import (
     CONNECTING,
     LIVE,
     MAX_EVENTS,
@@ -26,8 +28,6 @@ from gpuops.fleet.collector import (
     NodeView,
     wait_and_clear,
 )
-from gpuops.fleet.simfleet import SimFleetPlan, build_fleet
-from gpuops.fleet.simfleet.faults import QueuedEventSource
 from gpuops.node.backends.base import RawEvent
 from gpuops.node.backends.sim import SimBackend
 from gpuops.node.health import HealthMonitor
@@ -101,7 +101,8 @@ class SimSource:
                 await self._task
             self._task = None
 
-    def snapshot(self, now: float) -> FleetSnapshot:
+    def snapshot(self, now: float | None = None) -> FleetSnapshot:
+        now = self.clock() if now is None else now
         return FleetSnapshot(now, self._interval, tuple(self.views.values()))
 
     def events(self) -> Sequence[FleetEvent]:
@@ -111,6 +112,12 @@ class SimSource:
         if self._changed is None:
             self._changed = asyncio.Event()
         return await wait_and_clear(self._changed, timeout)
+
+    async def discover(self, timeout: float) -> FleetSnapshot:
+        """Every node answers at once in this process: the nodes not sampled yet (and not played
+        down) are sampled now."""
+        self.sample([name for name, view in self.views.items() if view.state == CONNECTING])
+        return self.snapshot()
 
     # ---- playing the fleet ---------------------------------------------------------------------
 

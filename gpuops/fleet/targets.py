@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuops.fleet.collector import NodeTarget
 from gpuops.fleet.remote_agent import AgentLaunch
+from gpuops.fleet.session import NodeTarget
 from gpuops.fleet.ssh import SshTarget
 from gpuops.spec import Fleet, SshSettings
 from gpuops.spec.model import NO_JUMP, NodeEntry

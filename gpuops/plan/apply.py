@@ -28,8 +28,7 @@ from typing import Any
 from gpuops.core.mig.layout import layout_of
 from gpuops.core.model import Gpu
 from gpuops.fleet.agent_client import AgentClient, AgentError
-from gpuops.fleet.collector import NodeTarget
-from gpuops.fleet.session import node_agent
+from gpuops.fleet.session import NodeTarget, node_agent
 from gpuops.fleet.ssh import SshError
 from gpuops.plan.diff import (
     daemon_devices,

@@ -12,7 +12,7 @@ from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.fleet.errors import SshError
 
 if TYPE_CHECKING:  # the SSH side is loaded by what reads nodes, not by what plans (--help)
-    from gpuops.fleet.collector import NodeTarget
+    from gpuops.fleet.session import NodeTarget
 
 READ_TIMEOUT = 60.0
 

@@ -14,7 +14,7 @@ from gpuops.fleet.errors import SshError
 from gpuops.tenancy.accounting import Window
 
 if TYPE_CHECKING:  # the SSH client is loaded when nodes are read, not by `--help`
-    from gpuops.fleet.collector import NodeTarget
+    from gpuops.fleet.session import NodeTarget
 
 READ_TIMEOUT = 60.0
 

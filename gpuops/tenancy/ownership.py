@@ -17,8 +17,8 @@ from gpuops.tenancy.attribution import AttributionChain, AttributionContext, def
 from gpuops.tenancy.builtin import GroupAttributor, LimiterAttributor, OwnerAttributor, UserAttributor
 
 if TYPE_CHECKING:  # annotations only: the collector (and SSH) load with the live views
-    from gpuops.fleet.collector import NodeView
     from gpuops.fleet.simfleet import SimFleetPlan
+    from gpuops.fleet.source import NodeView
     from gpuops.spec import Fleet
 
 UNOWNED = "(unowned)"  # the team of GPUs nobody owns, in every per-team table

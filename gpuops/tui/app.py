@@ -21,7 +21,6 @@ from textual.binding import BindingType
 from textual.screen import Screen
 
 from gpuops.tui.changes import POOL_CHANGES
-from gpuops.tui.feed import Feed, FleetState
 from gpuops.tui.keys import GLOBAL_KEYS, bindings
 from gpuops.tui.screens.base import ViewScreen
 from gpuops.tui.screens.confirm import ConfirmScreen
@@ -32,6 +31,7 @@ from gpuops.tui.screens.help import HelpScreen
 from gpuops.tui.screens.nodes import NodesScreen
 from gpuops.tui.screens.processes import ProcessesScreen
 from gpuops.tui.screens.tenants import TenantsScreen
+from gpuops.views.feed import Feed, FleetState
 from gpuops.views.filter import FilterError, parse_filter
 
 if TYPE_CHECKING:

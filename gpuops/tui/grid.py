@@ -26,7 +26,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from gpuops.fleet.collector import CONNECTING, LIVE, STALE
+from gpuops.fleet.source import CONNECTING, LIVE, STALE
 from gpuops.tui import render
 from gpuops.views.cells import EMPTY_MIG, FREE, LOST, SLICE, Cell
 from gpuops.views.grid import BY_NODE, Group

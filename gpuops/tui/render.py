@@ -12,7 +12,7 @@ from rich.text import Text
 
 from gpuops.core.busy import BUSY_PERCENT
 from gpuops.core.units import format_bytes, format_duration
-from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE
+from gpuops.fleet.source import CONNECTING, LIVE, STALE, UNREACHABLE
 from gpuops.views import format as fmt
 
 NA = fmt.NA

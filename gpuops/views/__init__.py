@@ -6,6 +6,8 @@ terminal and the CLI can reuse them. One module per screen family: `cells` and `
 fleet grid), `nodes` (node rows and the CLI's per-node summary), `tenants` and `tenant_history`,
 `teams` (the CLI's per-team table), `events`, `status` (the status line), `detail` (node and GPU
 detail), `filter` (the `/` filter), `format` (numbers with units), `common` (what they share).
+`feed` turns a fleet source's snapshots (`gpuops.fleet.source`) into the immutable `FleetState`
+every live screen draws, with these functions.
 
 Definitions (also in docs/tui.md):
 

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from gpuops.core.history import instance_fraction
 from gpuops.core.model import Gpu, GpuProcess
-from gpuops.fleet.collector import NodeView
+from gpuops.fleet.source import NodeView
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views.common import (
     BUSY,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from gpuops.core.mig.catalog import find_model
 from gpuops.core.model import Gpu
-from gpuops.fleet.collector import NodeView
+from gpuops.fleet.source import NodeView
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views.common import as_int, percent_of
 

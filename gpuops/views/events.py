@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from gpuops.core.model import HealthEvent, NodeHealth
 from gpuops.core.units import format_duration
-from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, FleetEvent, FleetSnapshot
+from gpuops.fleet.source import LIVE, STALE, UNREACHABLE, FleetEvent, FleetSnapshot
 from gpuops.views.filter import Filter
 
 # What the common XIDs mean and who usually acts, after NVIDIA's XID catalog

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from gpuops.core.history import instance_fraction
 from gpuops.core.model import Gpu, HealthEvent
-from gpuops.fleet.collector import FleetSnapshot, NodeView
+from gpuops.fleet.source import FleetSnapshot, NodeView
 from gpuops.views.common import as_float, mig_active, percent_of
 
 RING = 600  # points per GPU: 10 minutes at 1 s, then the oldest go (a ring, not the whole day)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from gpuops.core.busy import is_busy
 from gpuops.core.history import instance_fraction
 from gpuops.core.model import Gpu, GpuProcess
-from gpuops.fleet.collector import LIVE, STALE, NodeView
+from gpuops.fleet.source import LIVE, STALE, NodeView
 from gpuops.tenancy.ownership import UNOWNED, Ownership
 from gpuops.views.common import (
     BUSY,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 
 from gpuops.core.model import NotAvailable
-from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE, FleetSnapshot, NodeView
+from gpuops.fleet.source import CONNECTING, LIVE, STALE, UNREACHABLE, FleetSnapshot, NodeView
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views.cells import Cell, cells_of
 from gpuops.views.common import (

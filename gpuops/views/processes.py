@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gpuops.fleet.collector import LIVE, STALE, FleetSnapshot, NodeView
+from gpuops.fleet.source import LIVE, STALE, FleetSnapshot, NodeView
 from gpuops.tenancy.ownership import UNOWNED, Ownership
 from gpuops.views.common import (
     HELD,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuops.fleet.collector import CONNECTING, LIVE, STALE, UNREACHABLE, FleetSnapshot
+from gpuops.fleet.source import CONNECTING, LIVE, STALE, UNREACHABLE, FleetSnapshot
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuops.core.model import Gpu
-from gpuops.fleet.collector import FleetSnapshot
+from gpuops.fleet.source import FleetSnapshot
 from gpuops.tenancy.ownership import UNOWNED
 from gpuops.views.common import as_int, gpu_busy
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gpuops.fleet.collector import FleetSnapshot
+from gpuops.fleet.source import FleetSnapshot
 from gpuops.tenancy.ownership import UNOWNED, Ownership
 from gpuops.views.filter import Filter
 from gpuops.views.gpus import TeamAcc, node_facts, process_memory, weights

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.fleet.collector import LIVE, PAUSE_SHARE, Collector
+from gpuops.fleet.collector import PAUSE_SHARE, Collector
 from gpuops.fleet.simfleet import Launched, launch, stop
+from gpuops.fleet.source import LIVE
 from gpuops.fleet.targets import node_targets
 from gpuops.spec import load_fleet
 

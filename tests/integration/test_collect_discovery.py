@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from gpuops.fleet.collector import LIVE, UNREACHABLE, Collector
+from gpuops.fleet.collector import Collector
 from gpuops.fleet.simfleet import launch, stop
+from gpuops.fleet.source import LIVE, UNREACHABLE
 from gpuops.fleet.targets import node_targets
 from gpuops.spec import load_fleet
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from gpuops.cli import fleet as fleet_cli
 from gpuops.cli import status_lines
 from gpuops.cli.main import app
-from gpuops.fleet.collector import FleetSnapshot
+from gpuops.fleet.source import FleetSnapshot
 from gpuops.fleet.ssh import run
 from gpuops.spec import Fleet
 

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from gpuops.fleet import zipapp
-from gpuops.fleet.collector import LIVE, UNREACHABLE, Collector, FleetSnapshot, NodeTarget
+from gpuops.fleet.collector import Collector
 from gpuops.fleet.remote_agent import AgentLaunch
+from gpuops.fleet.session import NodeTarget
+from gpuops.fleet.source import LIVE, UNREACHABLE, FleetSnapshot
 from gpuops.fleet.ssh import ACCEPT_NEW, SshError, SshTarget, connect
 from tests.sshtest.fixtures import (  # noqa: F401  (pytest finds the fixtures by name)
     NetnsFactory,
@@ -177,7 +179,7 @@ def test_dead_frozen_and_cut_nodes_do_not_stall_the_others(netns_hosts: NetnsFac
             frozen.thaw()
             cut.restore()
             await _until(collector, lambda s: all(n.state == LIVE for n in s.nodes), 60)
-            kinds = [(e.node, e.kind) for e in collector.events]
+            kinds = [(e.node, e.kind) for e in collector.events()]
             for name in names[:3]:
                 assert (name, UNREACHABLE) in kinds and (name, LIVE) in kinds
         finally:

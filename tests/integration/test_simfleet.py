@@ -22,8 +22,9 @@ from typer.testing import CliRunner
 
 from gpuops.cli import sim as sim_cli
 from gpuops.core.model import NotAvailable
-from gpuops.fleet.collector import LIVE, Collector, FleetSnapshot, NodeView
+from gpuops.fleet.collector import Collector
 from gpuops.fleet.simfleet import Launched, SimPaths, build_fleet, launch, running_pid, stop
+from gpuops.fleet.source import LIVE, FleetSnapshot, NodeView
 from gpuops.fleet.ssh import SshError, SshTarget, connect
 from gpuops.fleet.targets import node_targets
 from gpuops.node.backends.sim import SimBackend

@@ -15,7 +15,7 @@ import pytest
 from gpuops.fleet.simsource import SimSource
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
-from gpuops.tui.feed import Feed
+from gpuops.views.feed import Feed
 
 EPOCH = 1772409600.0  # 2026-03-02 00:00 UTC
 NOON = EPOCH + 14 * 3600

@@ -18,17 +18,17 @@ import pytest
 from rich.console import Console
 from textual.pilot import Pilot
 
-from gpuops.fleet.collector import LIVE, FleetEvent, FleetSnapshot, NodeView
+from gpuops.fleet.source import LIVE, FleetEvent, FleetSnapshot, NodeView
 from gpuops.node.backends.sim import SimBackend
 from gpuops.spec import parse_fleet
 from gpuops.tenancy import attribution as attribution_module
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
-from gpuops.tui.feed import Feed
 from gpuops.tui.screens.detail import DetailScreen
 from gpuops.tui.screens.tenants import COLUMNS as TENANT_COLUMNS
 from gpuops.tui.screens.tenants import TenantsScreen
 from gpuops.tui.table import LiveTable
+from gpuops.views.feed import Feed
 from tests.tui.conftest import NOON, Clock
 
 pytestmark = pytest.mark.timeout(60)

@@ -13,15 +13,15 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from gpuops.fleet.collector import FleetEvent
+from gpuops.fleet.source import FleetEvent
 from gpuops.spec import parse_fleet
 from gpuops.tenancy import attribution as attribution_module
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
-from gpuops.tui.feed import Feed
 from gpuops.tui.screens.events import EventsScreen
 from gpuops.tui.screens.tenants import TenantsScreen
 from gpuops.tui.table import LiveTable
+from gpuops.views.feed import Feed
 from tests.tui.conftest import NOON, Clock
 from tests.tui.test_attribution_tui import OneNode, _cell, _rows
 
@@ -109,7 +109,7 @@ def test_attribution_warnings_on_the_events_and_tenants_screens() -> None:
 
 def test_each_distinct_warning_once_and_a_bounded_list() -> None:
     """The list stops growing at its limit and says how many more there were."""
-    from gpuops.tui.feed import AttributionWarnings
+    from gpuops.views.feed import AttributionWarnings
 
     warnings = AttributionWarnings(limit=3)
     for i in range(10):

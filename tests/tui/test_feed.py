@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuops.fleet.simsource import SimSource
 from gpuops.tenancy.ownership import Ownership
-from gpuops.tui.feed import Feed
+from gpuops.views.feed import Feed
 from gpuops.views.status import fleet_status
 from tests.tui.conftest import Clock
 

@@ -13,10 +13,10 @@ from textual.pilot import Pilot
 from gpuops.fleet.simsource import SimSource
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
-from gpuops.tui.feed import Feed
 from gpuops.tui.grid import FleetGrid, draw_line, layout_grid
 from gpuops.tui.screens.fleet import FleetScreen
 from gpuops.tui.widgets import TeamHeader
+from gpuops.views.feed import Feed
 from gpuops.views.grid import group_rows, totals
 from gpuops.views.nodes import node_rows
 from tests.tui.conftest import EPOCH, Clock

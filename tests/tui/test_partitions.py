@@ -14,10 +14,10 @@ from textual.widgets import Static
 from gpuops.fleet.simsource import SimSource
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
-from gpuops.tui.feed import Feed
 from gpuops.tui.grid import FleetGrid
 from gpuops.tui.screens.detail import DetailScreen
 from gpuops.tui.widgets import Inspector
+from gpuops.views.feed import Feed
 from tests.tui.conftest import EPOCH, NOON, Clock
 from tests.tui.test_pilot import SIZE, grid_text, table_rows, text_of
 

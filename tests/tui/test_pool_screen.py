@@ -47,13 +47,13 @@ from gpuops.tenancy.pool_change import (
 )
 from gpuops.tenancy.rebalance import GpuRef, without
 from gpuops.tui.app import GpuopsApp
-from gpuops.tui.feed import Feed
 from gpuops.tui.keys import GLOBAL_KEYS
 from gpuops.tui.screens.confirm import ConfirmScreen
 from gpuops.tui.screens.help import HelpScreen
 from gpuops.tui.screens.pool import PoolScreen
 from gpuops.tui.table import LiveTable
 from gpuops.tui.widgets import StatusBar, TopBar
+from gpuops.views.feed import Feed
 from tests.tenancy_helpers import NOW, steady_evidence
 
 SIZE = (160, 60)

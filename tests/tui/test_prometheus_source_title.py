@@ -19,9 +19,9 @@ from textual.pilot import Pilot
 from gpuops.fleet.promql.source import PromSource
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
-from gpuops.tui.feed import Feed
 from gpuops.tui.screens.help import HelpScreen
 from gpuops.tui.widgets import TopBar
+from gpuops.views.feed import Feed
 from tests.promtest.prometheus import Prometheus, prometheus_unavailable_reason
 from tests.tui.test_pilot import text_of
 

@@ -18,11 +18,11 @@ from textual.widgets import Static
 from gpuops.fleet.simsource import SimSource
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
-from gpuops.tui.feed import Feed
 from gpuops.tui.grid import FleetGrid, draw_line
 from gpuops.tui.screens.detail import DetailScreen
 from gpuops.tui.screens.tenants import TenantsScreen
 from gpuops.tui.widgets import PromptBar, StatusBar, TeamHeader, TopBar
+from gpuops.views.feed import Feed
 from tests.tui.conftest import EPOCH, Clock
 from tests.tui.test_snapshots import ready, scene
 

@@ -11,12 +11,12 @@ from collections.abc import Callable
 import pytest
 from textual.pilot import Pilot
 
-from gpuops.fleet.collector import STALE, UNREACHABLE
+from gpuops.fleet.source import STALE, UNREACHABLE
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
-from gpuops.tui.feed import Feed
 from gpuops.tui.grid import FleetGrid
 from gpuops.tui.table import LiveTable
+from gpuops.views.feed import Feed
 from tests.tui.conftest import EPOCH, Clock, silos
 
 pytestmark = pytest.mark.timeout(60)

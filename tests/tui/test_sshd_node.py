@@ -10,13 +10,14 @@ from collections.abc import Callable
 import pytest
 from textual.pilot import Pilot
 
-from gpuops.fleet.collector import Collector, NodeTarget
+from gpuops.fleet.collector import Collector
 from gpuops.fleet.remote_agent import AgentLaunch
+from gpuops.fleet.session import NodeTarget
 from gpuops.fleet.ssh import SshTarget
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
-from gpuops.tui.feed import CollectorSource, Feed
 from gpuops.tui.screens.events import EventsScreen
+from gpuops.views.feed import Feed
 from tests.sshtest.sshd import Sshd
 from tests.tui.test_pilot import grid_text, status, table_rows
 
@@ -56,9 +57,10 @@ def test_a_killed_node_turns_unreachable_and_recovers(sshd_loopback: Sshd) -> No
         interval=0.3,
         silence_limit=3.0,
         backoff_max=1.0,
+        label="one sshd node",
     )
     ownership = Ownership(("vision",), lambda node, index: "vision")
-    app = GpuopsApp(Feed(CollectorSource(collector, "one sshd node"), ownership, period=0.25))
+    app = GpuopsApp(Feed(collector, ownership, period=0.25))
 
     async def script(pilot: Pilot[None]) -> None:
         await _until(pilot, lambda: "● gpu-a" in _line(app, "gpu-a"), 40, "gpu-a live")

@@ -51,7 +51,7 @@ def headless(app):
 tui._run_on_fleet_loop = headless
 if len(sys.argv) > 1:
     source, ownership = tui.fleet_source(Path(sys.argv[1]), "1s")
-    tui.run_tui(source, ownership, readonly=True)
+    tui.run_tui(source, ownership, readonly=True, fleet_file=Path(sys.argv[1]))
 else:
     from gpuops.tenancy.ownership import Ownership
     tui.run_tui(tui.local_source("500ms", "sim", None), Ownership(), readonly=True)

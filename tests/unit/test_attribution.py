@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuops.core.model import Gpu, GpuInfo, GpuProcess, GpuSample, NodeSample
-from gpuops.fleet.collector import LIVE, FleetSnapshot, NodeView
+from gpuops.fleet.source import LIVE, FleetSnapshot, NodeView
 from gpuops.spec import Fleet, SpecError, parse_fleet
 from gpuops.tenancy import (
     DEFAULT_ORDER,

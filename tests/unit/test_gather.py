@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpuops.fleet.collector import NodeTarget
+from gpuops.fleet.session import NodeTarget
 from gpuops.fleet.ssh import SshTarget
 from gpuops.tenancy import gather
 from gpuops.tenancy.accounting import parse_window

@@ -24,10 +24,10 @@ from gpuops.core import metric_schema as schema
 from gpuops.core.busy import gpu_busy
 from gpuops.core.model import NodeHealth, NodeSample, NotAvailable, XidCount
 from gpuops.exporter.fleet_metrics import FleetMetrics
-from gpuops.fleet.collector import FleetSnapshot, NodeView
 from gpuops.fleet.promql import decode
 from gpuops.fleet.promql.client import Series
 from gpuops.fleet.simsource import SimSource
+from gpuops.fleet.source import FleetSnapshot, NodeView
 from gpuops.node import metrics as node_metrics
 from gpuops.node.metrics import Family, NodeCollector
 from gpuops.node.sampler import Latest

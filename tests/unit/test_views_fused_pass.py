@@ -9,8 +9,8 @@ import math
 from array import array
 from dataclasses import replace
 
-from gpuops.fleet.collector import FleetSnapshot
 from gpuops.fleet.simsource import SimSource
+from gpuops.fleet.source import FleetSnapshot
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.grid import PITCH, Position, layout_grid
 from gpuops.views.common import mig_active

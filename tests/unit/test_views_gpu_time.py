@@ -11,7 +11,7 @@ import pytest
 
 from gpuops.core.history import gpu_shares
 from gpuops.core.model import Gpu
-from gpuops.fleet.collector import FleetSnapshot
+from gpuops.fleet.source import FleetSnapshot
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views.common import BUSY_PERCENT, mig_active
 from gpuops.views.tenants import tenant_rows

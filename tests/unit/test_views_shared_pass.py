@@ -15,8 +15,8 @@ import pytest
 
 from gpuops.core.history import instance_fraction
 from gpuops.core.model import Gpu, GpuProcess, NotAvailable
-from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, FleetSnapshot, NodeView
 from gpuops.fleet.simsource import SimSource
+from gpuops.fleet.source import LIVE, STALE, UNREACHABLE, FleetSnapshot, NodeView
 from gpuops.tenancy.attribution import Attribution, AttributionChain, AttributionContext
 from gpuops.tenancy.builtin import OwnerAttributor, UserAttributor
 from gpuops.tenancy.ownership import UNOWNED, Ownership

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE, FleetEvent
+from gpuops.fleet.source import LIVE, STALE, UNREACHABLE, FleetEvent
 from gpuops.views.events import event_rows
 from gpuops.views.filter import parse_filter
 
@@ -32,7 +32,7 @@ def test_health_events_are_kept_once_across_samples_and_agents() -> None:
     """A sample carries its node's latest events; the log keeps each (node, agent, seq) once, and a
     new agent (a new `since`, numbering from 1 again) adds its own."""
     from gpuops.core.model import HealthEvent, NodeHealth, NodeSample, XidCount
-    from gpuops.fleet.collector import FleetSnapshot, NodeView
+    from gpuops.fleet.source import FleetSnapshot, NodeView
     from gpuops.views.events import HEALTH, HealthLog, xid_summary
 
     def snapshot(health: NodeHealth) -> FleetSnapshot:

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from gpuops.fleet.collector import UNREACHABLE
 from gpuops.fleet.simsource import SimSource
+from gpuops.fleet.source import UNREACHABLE
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views.cells import FREE, SLICE
 from gpuops.views.filter import parse_filter

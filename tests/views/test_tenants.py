@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuops.core.model import GpuProcess
-from gpuops.fleet.collector import UNREACHABLE
 from gpuops.fleet.simsource import SimSource
+from gpuops.fleet.source import UNREACHABLE
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.widgets import TeamHeader
 from gpuops.views.tenant_history import TenantHistory

@@ -38,7 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gpuops.core.metric_schema import NODE_SAMPLE_TIMESTAMP, NODE_UP
-from gpuops.fleet.collector import (
+from gpuops.fleet.promql.client import Answer, PromClient, PromError, Target
+from gpuops.fleet.promql.decode import NodeSeries, decode_node, group_series, live_query, node_of
+from gpuops.fleet.source import (
     CONNECTING,
     LIVE,
     MAX_EVENTS,
@@ -50,8 +52,6 @@ from gpuops.fleet.collector import (
     SourceHealth,
     wait_and_clear,
 )
-from gpuops.fleet.promql.client import Answer, PromClient, PromError, Target
-from gpuops.fleet.promql.decode import NodeSeries, decode_node, group_series, live_query, node_of
 
 LOOKBACK = "10m"  # how far back a node's target is remembered after its series went stale
 MIN_TIMEOUT = 0.5

@@ -14,9 +14,9 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Input
 
-from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import Key, bindings, sort_keys
 from gpuops.tui.widgets import PromptBar, StatusBar, TopBar
+from gpuops.views.feed import FleetState
 from gpuops.views.filter import Filter, FilterError, parse_filter
 
 if TYPE_CHECKING:

@@ -17,10 +17,9 @@ from textual.widgets import Static
 
 from gpuops.core.model import Gpu, HealthEvent
 from gpuops.core.vendor import runtime_name, unit_name
-from gpuops.fleet.collector import LIVE, NodeView
+from gpuops.fleet.source import LIVE, NodeView
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui import render
-from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Cell, Column, LiveTable, Row
@@ -28,6 +27,7 @@ from gpuops.views import format as fmt
 from gpuops.views.common import as_float, mig_active, short_model
 from gpuops.views.detail import SliceSpan, find_gpu, mig_layout, process_rows
 from gpuops.views.events import xid_summary
+from gpuops.views.feed import FleetState
 from gpuops.views.gpu_history import NOT_SENT, GpuHistory, health_counts
 from gpuops.views.partition import partition_column, partition_summary
 

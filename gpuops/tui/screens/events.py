@@ -14,13 +14,13 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Static
 
-from gpuops.fleet.collector import LIVE, STALE, UNREACHABLE
+from gpuops.fleet.source import LIVE, STALE, UNREACHABLE
 from gpuops.tui import render
-from gpuops.tui.feed import ATTRIBUTION, FLEET_WIDE, FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Column, LiveTable, Row
 from gpuops.views.events import HEALTH, event_rows
+from gpuops.views.feed import ATTRIBUTION, FLEET_WIDE, FleetState
 
 KIND_STYLE = {
     LIVE: "green",

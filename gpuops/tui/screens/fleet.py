@@ -9,11 +9,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.widget import Widget
 
-from gpuops.tui.feed import FleetState
 from gpuops.tui.grid import FleetGrid
 from gpuops.tui.keys import Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.widgets import Inspector, TeamHeader
+from gpuops.views.feed import FleetState
 from gpuops.views.grid import BY_NODE, BY_TEAM, group_rows, totals
 
 

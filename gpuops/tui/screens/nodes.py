@@ -8,12 +8,12 @@ from textual import on
 from textual.app import ComposeResult
 from textual.widget import Widget
 
-from gpuops.fleet.collector import LIVE
+from gpuops.fleet.source import LIVE
 from gpuops.tui import render
-from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Column, LiveTable, Row, Styled
+from gpuops.views.feed import FleetState
 from gpuops.views.nodes import filter_rows, sort_rows
 
 _COLOUR = render.STATE_COLOUR.get

@@ -43,13 +43,13 @@ from gpuops.tenancy.pool_change import (
 from gpuops.tenancy.rebalance import GpuKey, GpuRef
 from gpuops.tui import render
 from gpuops.tui.changes import APPLY, MOVE_BACK, MOVE_IN, POOL_CHANGES
-from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.screens.confirm import ConfirmScreen
 from gpuops.tui.table import GAP, Cell, Column, LiveTable, Row, column_widths, table_width
 from gpuops.tui.widgets import whole_parts
 from gpuops.views.common import short_model
+from gpuops.views.feed import FleetState
 
 log = logging.getLogger("gpuops.tui")
 

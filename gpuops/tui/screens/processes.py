@@ -13,11 +13,11 @@ from textual.widgets import Static
 
 from gpuops.tenancy.ownership import UNOWNED
 from gpuops.tui import render
-from gpuops.tui.feed import FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Column, LiveTable, Row
 from gpuops.tui.widgets import whole_parts
+from gpuops.views.feed import FleetState
 from gpuops.views.processes import NOT_SENT, sort_processes
 
 COLUMNS = (

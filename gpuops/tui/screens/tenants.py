@@ -13,11 +13,11 @@ from textual.widgets import Static
 
 from gpuops.tenancy.ownership import UNOWNED
 from gpuops.tui import render
-from gpuops.tui.feed import FLEET_WIDE, FleetState
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Cell, Column, LiveTable, Row
 from gpuops.tui.widgets import flow_parts
+from gpuops.views.feed import FLEET_WIDE, FleetState
 from gpuops.views.tenant_history import TenantHistory
 from gpuops.views.tenants import TenantRow, sort_tenants
 

@@ -1,15 +1,9 @@
-"""The TUI's data layer: sources of fleet snapshots, and the feed that turns them into immutable
-`FleetState`s for the screens.
+"""The live views' feed: it turns a fleet source's snapshots into immutable `FleetState`s, the
+view model every live screen draws.
 
-A *source* collects in the background (asyncio tasks on the TUI's event loop) and answers
-`snapshot()` at any time without waiting:
-
-- `CollectorSource`: fleet.yaml's nodes over SSH (`gpuops.fleet.collector.Collector`);
-  `FleetFileSource` remembers the file too, for the Pool screen;
-- `LocalSource`: this host's agent as a child process (`gpuops.fleet.local.local_agent`);
-- `gpuops.fleet.simsource.SimSource`: simulated nodes in this process (tests, benchmarks).
-
-The `Feed` wakes when a source reports a change, at most once per period (the refresh interval),
+A source (`gpuops.fleet.source.FleetSource`: the SSH collector, Prometheus, this host's agent or
+the in-process simulator) collects in the background and answers `snapshot()` at any time. The
+`Feed` wakes when the source reports a change, at most once per period (the refresh interval),
 and at least once per period so that ages and stale states move on. Each time it builds one
 `FleetState`: the snapshot, the tenants now and over the session, the events and the status line's
 figures. Node rows for the grid and the tables are derived lazily, on first use by a visible
@@ -19,30 +13,14 @@ screen. Screens only ever receive a finished, immutable state.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import random
-import socket
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from gpuops.core.model import HealthEvent
-from gpuops.fleet.agent_client import AgentClient, AgentError
-from gpuops.fleet.collector import (
-    CONNECTING,
-    LIVE,
-    MAX_EVENTS,
-    STALE,
-    UNREACHABLE,
-    Collector,
-    FleetEvent,
-    FleetSnapshot,
-    NodeView,
-    wait_and_clear,
-)
+from gpuops.fleet.source import CONNECTING, LIVE, STALE, FleetEvent, FleetSnapshot, FleetSource, NodeView
 from gpuops.tenancy.attribution import UNATTRIBUTED, default_chain
 from gpuops.tenancy.ownership import UNOWNED, Ownership
 from gpuops.views.events import HealthLog
@@ -55,8 +33,6 @@ from gpuops.views.tenant_history import TenantHistory
 from gpuops.views.tenants import TenantRow, tenant_rows
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from gpuops.spec import Fleet
 
 MIN_PERIOD = 0.25  # the screens redraw at most 4 times a second, whatever the sampling interval
@@ -64,153 +40,6 @@ ATTRIBUTION = "attribution"  # the kind of the events that are attribution warni
 FLEET_WIDE = "-"  # the node of a warning about no node in particular (a plugin, fleet.yaml)
 MAX_WARNINGS = 100  # distinct warnings listed; a fleet of strangers must not bury the events
 RESCAN_EVERY = 30  # builds between looks for unclaimed processes while their number stays put
-
-
-class FleetSource(Protocol):
-    """Where snapshots come from. `start` and `stop` run on the TUI's event loop."""
-
-    @property
-    def label(self) -> str: ...  # what the title bar says the view is of
-
-    @property
-    def interval(self) -> float: ...
-
-    def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def snapshot(self, now: float) -> FleetSnapshot: ...
-
-    def events(self) -> Sequence[FleetEvent]: ...
-
-    async def wait_changed(self, timeout: float | None = None) -> bool: ...
-
-
-class CollectorSource:
-    """fleet.yaml's nodes over SSH, one persistent session per node."""
-
-    def __init__(self, collector: Collector, label: str) -> None:
-        self.collector = collector
-        self._label = label
-
-    @property
-    def label(self) -> str:
-        return self._label
-
-    @property
-    def interval(self) -> float:
-        return self.collector.interval
-
-    def start(self) -> None:
-        self.collector.start()
-
-    async def stop(self) -> None:
-        await self.collector.stop()
-
-    def snapshot(self, now: float) -> FleetSnapshot:
-        return self.collector.snapshot(now)
-
-    def events(self) -> Sequence[FleetEvent]:
-        return tuple(self.collector.events)
-
-    async def wait_changed(self, timeout: float | None = None) -> bool:
-        return await self.collector.wait_changed(timeout)
-
-
-class FleetFileSource(CollectorSource):
-    """fleet.yaml's nodes over SSH, remembering the file (the Pool screen rewrites it)."""
-
-    def __init__(self, collector: Collector, label: str, fleet_file: Path) -> None:
-        super().__init__(collector, label)
-        self.fleet_file = fleet_file
-
-
-class LocalSource:
-    """This host's GPUs through a local agent (a child process speaking the protocol), with the
-    collector's node states: connecting, live, stale, unreachable with the reason and retries."""
-
-    def __init__(
-        self, interval: float = 1.0, backend: str = "nvml", sim_spec: str | None = None, name: str = ""
-    ) -> None:
-        self._interval = interval
-        self.backend = backend
-        self.sim_spec = sim_spec
-        self.name = name or socket.gethostname()
-        self.view = NodeView(self.name, "local", since=time.time())
-        self._events: deque[FleetEvent] = deque(maxlen=MAX_EVENTS)
-        self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def label(self) -> str:
-        return f"this host ({self.name}, {self.backend})"
-
-    @property
-    def interval(self) -> float:
-        return self._interval
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="local agent")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
-
-    def snapshot(self, now: float) -> FleetSnapshot:
-        view = self.view
-        age = view.age(now)
-        if view.state == LIVE and age is not None and age > 2 * self._interval:
-            view = replace(view, state=STALE, reason=f"no sample for {age:.0f}s")
-        return FleetSnapshot(now, self._interval, (view,))
-
-    def events(self) -> Sequence[FleetEvent]:
-        return tuple(self._events)
-
-    async def wait_changed(self, timeout: float | None = None) -> bool:
-        return await wait_and_clear(self._changed, timeout)
-
-    def _update(self, **changes: object) -> None:
-        old = self.view
-        new = replace(old, **changes)  # type: ignore[arg-type]
-        if new.state != old.state:
-            new = replace(new, since=time.time())
-            if new.state != CONNECTING:
-                self._events.append(FleetEvent(time.time(), self.name, new.state, new.reason or new.state))
-        self.view = new
-        self._changed.set()
-
-    async def _run(self) -> None:
-        from gpuops.fleet.local import local_agent
-
-        backoff = 1.0
-        while True:
-            try:
-                async with local_agent(self.backend, self.sim_spec) as client:
-                    await self._session(client)
-                reason = "the local agent ended"
-            except AgentError as exc:
-                reason = f"agent: {exc.message}"
-            except OSError as exc:
-                reason = f"cannot start the local agent: {exc}"
-            self._update(state=UNREACHABLE, reason=reason)
-            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
-            backoff = min(backoff * 2, 30.0)
-
-    async def _session(self, client: AgentClient) -> None:
-        hello = client.hello
-        if hello is not None and hello.backend_error:
-            raise AgentError("backend_unavailable", hello.backend_error)
-        inventory = await client.inventory()
-        self._update(hello=hello, inventory=inventory)
-        async for item in client.watch(self._interval):
-            if isinstance(item, AgentError):
-                self._events.append(FleetEvent(time.time(), self.name, "agent-error", item.message))
-                self._changed.set()
-                continue
-            self._update(state=LIVE, reason="", sample=item, last_seen=time.time())
 
 
 @dataclass(frozen=True)
