@@ -18,6 +18,7 @@ from gpuops.core.model import Node, NodeSample
 from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.node.backends.sim import SimBackend
 from tests.agent_helpers import agent_socket, roundtrip, spawn_agent
+from tests.hypothesis_budget import examples
 
 
 def _sim() -> SimBackend:
@@ -106,7 +107,7 @@ def test_unavailable_backend_is_reported_not_fatal() -> None:
     asyncio.run(run())
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.binary(min_size=1, max_size=200).filter(lambda b: b"\n" not in b and b.strip()), max_size=5)
 )

@@ -36,6 +36,7 @@ from gpuops.node.limiter import LimiterError, read_table
 from gpuops.node.mps import PID_FILE, GiB
 from gpuops.node.state import NodeState
 from tests.agent_helpers import REPO
+from tests.hypothesis_budget import examples
 from tests.node.test_mps import FAKE, ME, MY_UID, _kill_daemon, _spec
 
 WAIT = 60.0
@@ -528,7 +529,7 @@ _LIMITER_ARGS = st.fixed_dictionaries(
 ) | st.dictionaries(st.text(max_size=8), _JSON, max_size=3)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_MPS_ARGS, _LIMITER_ARGS)
 def test_argument_validation_raises_only_value_errors(mps: dict[str, Any], limiter: dict[str, Any]) -> None:
     for check, args in ((proto.mps_apply_args, mps), (proto.limiter_apply_args, limiter)):
@@ -536,7 +537,7 @@ def test_argument_validation_raises_only_value_errors(mps: dict[str, Any], limit
             check(args)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(
         st.tuples(st.sampled_from(["mps_apply", "limiter_apply"]), _MPS_ARGS | _LIMITER_ARGS), max_size=4

@@ -14,6 +14,7 @@ from gpuops.core.mig.placement import Placement, check_layout, driver_start
 from gpuops.core.model import NotAvailable
 from gpuops.node.backends.base import BackendError
 from gpuops.node.backends.sim import SimBackend
+from tests.hypothesis_budget import examples
 
 T0 = 1_717_545_600.0  # Wednesday 2024-06-05 00:00 UTC
 
@@ -477,7 +478,10 @@ class MigCalls(RuleBasedStateMachine):
 
 TestMigCalls = MigCalls.TestCase
 TestMigCalls.settings = settings(
-    max_examples=60, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(60),
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 

@@ -15,6 +15,7 @@ from gpuops.node.backends.base import BackendError, BackendUnavailable
 from gpuops.node.backends.registry import create_backend
 from gpuops.node.backends.sim import SimBackend
 from gpuops.node.sim.spec import WORKLOAD_KEYS, builtin_scenarios, load_spec
+from tests.hypothesis_budget import examples
 
 T0 = 1_717_545_600.0
 
@@ -385,7 +386,7 @@ def _exercise(spec: Any) -> None:
     b.sample()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_json)
 def test_fuzz_garbage(spec: Any) -> None:
     if not isinstance(spec, dict):
@@ -443,7 +444,7 @@ _workload = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.fixed_dictionaries(
         {

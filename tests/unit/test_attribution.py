@@ -31,6 +31,7 @@ from gpuops.tenancy import attribution as attribution_module
 from gpuops.tenancy.ownership import UNOWNED, Ownership
 from gpuops.views.detail import process_rows
 from gpuops.views.tenants import tenant_rows
+from tests.hypothesis_budget import examples
 
 FLEET = """\
 version: 1
@@ -410,7 +411,9 @@ def fleet_for_fuzz() -> Fleet:
     return fleet()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(process=processes, owner=anything, node=anything)
 def test_attribution_never_raises(fleet_for_fuzz: Fleet, process: GpuProcess, owner: Any, node: Any) -> None:
     own = Ownership.from_fleet(fleet_for_fuzz)

@@ -13,6 +13,7 @@ from gpuops.core.codec import DecodeError, from_delta, from_json, to_json
 from gpuops.core.delta import DeltaError, apply, diff
 from gpuops.core.model import NodeSample, NotAvailable
 from gpuops.node.backends.sim import SimBackend
+from tests.hypothesis_budget import examples
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
@@ -99,7 +100,7 @@ def test_a_reading_can_become_not_available_and_back() -> None:
     assert back == first
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(json_values)
 def test_garbage_deltas_only_raise_decode_errors(delta: object) -> None:
     (first,) = _samples(1)

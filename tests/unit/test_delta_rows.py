@@ -10,14 +10,15 @@ import json
 from typing import Any
 
 import pytest
+from gpuops.fleet.simfleet import build_fleet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuops.core.codec import SAMPLE_ROW_FIELDS, DecodeError, from_delta, from_json, from_rows, to_json
 from gpuops.core.delta import diff, sample_rows
 from gpuops.core.model import NodeSample, NotAvailable
-from gpuops.fleet.simfleet import build_fleet
 from gpuops.node.backends.sim import SimBackend
+from tests.hypothesis_budget import examples
 
 
 def _documents(n: int, spec: Any = "demo-node") -> list[dict[str, Any]]:
@@ -236,7 +237,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(json_values)
 def test_garbage_rows_only_raise_decode_errors(body: object) -> None:
     (first,) = _documents(1)
@@ -253,7 +254,7 @@ row_values = st.one_of(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.lists(st.lists(row_values, min_size=9, max_size=9), min_size=8, max_size=8))
 def test_rows_are_checked_as_full_samples_are(rows: list[list[Any]]) -> None:
     """Whatever the values, from_rows accepts exactly what a full sample with those values
@@ -276,7 +277,7 @@ def test_rows_are_checked_as_full_samples_are(rows: list[list[Any]]) -> None:
     assert got == expected
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     st.lists(
         st.tuples(
@@ -309,7 +310,7 @@ def test_field_changes_are_checked_as_full_samples_are(changes: list[tuple[int, 
     assert got == expected
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     st.lists(
         st.tuples(st.integers(min_value=0, max_value=7), st.sampled_from(SAMPLE_ROW_FIELDS), row_values),

@@ -10,9 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from gpuops.fleet.simfleet.demand import (
     BORROWED,
     DONE,
@@ -25,8 +22,12 @@ from gpuops.fleet.simfleet.demand import (
     grant_on,
     read_demand,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpuops.node.backends.sim import SimBackend
 from gpuops.node.limiter import TenantSpec, write_table
+from tests.hypothesis_budget import examples
 
 EPOCH = 1_000_000.0
 SPEED = 3600.0  # an hour of work per second
@@ -272,7 +273,7 @@ def test_bad_speed_is_refused(tmp_path: Path) -> None:
         Demand([], tmp_path, speed=0)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.recursive(
         st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),

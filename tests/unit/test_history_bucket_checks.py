@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 import pytest
+from gpuops.fleet.simfleet.history import past_buckets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +30,7 @@ from gpuops.core.history import (
     bucket_to_json,
     screened,
 )
-from gpuops.fleet.simfleet.history import past_buckets
+from tests.hypothesis_budget import examples
 from tests.node.test_sim_past import NODES, _args, _odd_node
 
 T0 = 1_767_225_600.0  # 2026-01-01 00:00 UTC
@@ -115,7 +116,7 @@ FIELDS = (
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(where=st.sampled_from(BUSY), field=st.sampled_from(FIELDS), keep=st.booleans())
 def test_a_figure_past_what_a_gpu_can_do_is_refused(
     where: tuple[int, int, int], field: str, keep: bool
@@ -239,7 +240,7 @@ def _room(limit: float) -> float:
     return limit * (1 + SLACK) + 1.0
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(data=st.one_of(_buckets(), _near()))
 def test_any_figures_are_judged_the_same_either_way_and_what_passes_can_be_true(data: dict[str, Any]) -> None:
     fast = bucket_from_json(data)  # figures as floats: the decoder's fast path, fault found there

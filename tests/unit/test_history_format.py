@@ -31,6 +31,7 @@ from gpuops.core.model import (
     MigState,
     NotAvailable,
 )
+from tests.hypothesis_budget import examples
 
 T0 = 1_767_225_600.0  # 2026-01-01 00:00 UTC
 
@@ -137,7 +138,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_json)
 def test_anything_decodes_or_is_a_value_error(data: Any) -> None:
     with contextlib.suppress(ValueError):
@@ -166,7 +167,7 @@ _keys = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_keys, _json)
 def test_any_field_replaced_decodes_or_is_a_located_value_error(path: tuple[Any, ...], value: Any) -> None:
     data = _mutate(history_to_json(_history()), path, value)
@@ -372,7 +373,7 @@ _edges = st.sampled_from(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(st.lists(st.tuples(_bucket_keys, _json | _edges), min_size=1, max_size=3))
 def test_the_fast_path_agrees_with_the_checked_decoder(changes: list[tuple[tuple[Any, ...], Any]]) -> None:
     from gpuops.core.history import _checked_bucket, _fast_bucket, bucket_from_json, bucket_to_json

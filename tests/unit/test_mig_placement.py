@@ -24,6 +24,7 @@ from gpuops.core.mig.placement import (
     slice_map,
     solve,
 )
+from tests.hypothesis_budget import examples
 
 A100_40 = MODELS["A100-SXM4-40GB"]
 A30 = MODELS["A30-24GB"]
@@ -200,7 +201,7 @@ def test_check_layout_agrees_with_brute_force(model: MigModel) -> None:
 # Order independence.
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data())
 def test_order_does_not_matter(data: st.DataObject) -> None:
     model = data.draw(st.sampled_from(list(MODELS.values())))
@@ -213,7 +214,7 @@ def test_order_does_not_matter(data: st.DataObject) -> None:
     assert solve(model, dict(Counter(names))) == base
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.data())
 def test_order_does_not_matter_around_pins(data: st.DataObject) -> None:
     model = data.draw(st.sampled_from(list(MODELS.values())))

@@ -18,6 +18,7 @@ from gpuops.plan.live import LimiterLine, MpsDaemon, NodeLive, parse_config
 from gpuops.plan.model import PLAN_VERSION, PlanError
 from gpuops.plan.render import plan_lines
 from gpuops.spec.loader import parse_fleet
+from tests.hypothesis_budget import examples
 
 GIB = 1024**3
 
@@ -188,7 +189,7 @@ _json = st.recursive(
 _keys = st.sampled_from(["format", "version", "nodes", "name", "gpus", "index", "uuid", "actions", "live"])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.dictionaries(_keys, _json, max_size=6).map(
         lambda d: {"format": "gpuops-plan", "version": PLAN_VERSION, **d}

@@ -27,6 +27,7 @@ from gpuops.spec import dump_fleet, fleet_from_data, parse_fleet
 from gpuops.spec.model import Fleet
 from gpuops.tenancy.accounting import gather_evidence, p95, parse_window
 from gpuops.tenancy.rebalance import Options, propose, proposed_fleet
+from tests.hypothesis_budget import examples
 
 GIB = 1 << 30
 TEAMS = ("vision", "speech", "nlp", "robotics")
@@ -289,7 +290,7 @@ GRANT_AFTER_CUT = {
 }
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 @example(REGRANT)
 @example(SCARCE_CARDS)

@@ -16,6 +16,7 @@ from gpuops.plan.diff import make_plan
 from gpuops.plan.model import Plan, PlanError
 from gpuops.plan.render import plan_lines
 from gpuops.plan.saved import EditedPlanError, document_digest, parse_plan, plan_document
+from tests.hypothesis_budget import examples
 from tests.unit.test_plan_diff import _fleet, _live, _sim
 
 SOURCE = "plan.json"
@@ -119,20 +120,20 @@ def test_the_real_plan_reads_back_as_it_was_and_an_edit_is_refused() -> None:
         raise AssertionError("an edited plan was accepted")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes(data: bytes) -> None:
     _outcome(data)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_json, st.booleans())
 def test_random_json(value: Any, pretty: bool) -> None:
     plan = _outcome(json.dumps(value, indent=2 if pretty else None).encode())
     assert plan is None  # nothing random carries a matching digest
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(PATHS), _json | st.just(_DELETE), st.booleans())
 def test_real_plans_with_one_field_replaced(path: tuple[Any, ...], value: Any, sign: bool) -> None:
     document = _edited(path, value)
@@ -145,7 +146,7 @@ def test_real_plans_with_one_field_replaced(path: tuple[Any, ...], value: Any, s
         _use(plan)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.integers(min_value=1, max_value=5000), st.sampled_from("[{"))
 def test_deep_nesting(depth: int, bracket: str) -> None:
     inner = ('{"a": ' * depth + "0" + "}" * depth) if bracket == "{" else ("[" * depth + "]" * depth)

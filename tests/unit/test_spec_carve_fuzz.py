@@ -17,9 +17,10 @@ from gpuops.core.mig import MODELS
 from gpuops.spec import Fleet, SpecError, dump_fleet, fleet_from_data, parse_fleet
 from gpuops.spec.carve_entry import PROFILE_MODELS
 from gpuops.spec.migparted import read_mig_parted, render_carve
+from tests.hypothesis_budget import examples
 from tests.unit.test_spec_fuzz import EXAMPLE, STRUCTURES, check_outcome
 
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 HEAD = """\
 version: 1
@@ -149,7 +150,7 @@ def _paths(value: Any, path: tuple[Any, ...]) -> list[tuple[Any, ...]]:
 CARVE_PATHS = [p for p in _paths(_EXAMPLE_DATA["carve"], ("carve",)) if len(p) > 1]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_the_example_carve_with_one_value_replaced(data: st.DataObject) -> None:
     example = copy.deepcopy(_EXAMPLE_DATA)
@@ -241,7 +242,9 @@ def carves(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 @given(carves())
 def test_valid_carve_round_trips(carve: list[dict[str, Any]]) -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from gpuops.spec import Fleet, dump_fleet, fleet_from_data, load_fleet, parse_fleet
 from gpuops.spec.types import format_exact_duration
+from tests.hypothesis_budget import examples
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
 
@@ -164,7 +165,7 @@ def fleets(draw: st.DrawFn) -> dict[str, Any]:
     return data
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets())
 @example({"version": 1, "teams": {"a0": {"description": ":0"}}, "nodes": []})  # written bare in {...}
 def test_random_fleets_round_trip(data: dict[str, Any]) -> None:

@@ -19,9 +19,10 @@ from typer.testing import CliRunner
 from gpuops.cli import spec as spec_cli
 from gpuops.spec import Fleet, SpecError, fleet_from_data, parse_fleet
 from gpuops.spec.source import parse_yaml
+from tests.hypothesis_budget import examples
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LINE_RE = re.compile(r"^f\.yaml(:\d+:\d+)?: \S")
 
 
@@ -212,7 +213,7 @@ def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return found
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_the_example_with_one_value_replaced(data: st.DataObject) -> None:
     example = _example_data()
@@ -246,7 +247,7 @@ spec_cli.register(_app)
 _runner = CliRunner()
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.text(max_size=200), st.lists(st.sampled_from(TOKENS), max_size=30).map("".join)))
 def test_the_cli_never_prints_a_traceback(text: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
