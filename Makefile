@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv native test-deps test lint typecheck compat pytest demo gpu-test clean
+.PHONY: all venv native test-deps test test-deep lint typecheck compat pytest demo gpu-test clean
 
 all: test
 
@@ -28,7 +28,7 @@ lint: venv
 	$(BIN)/lint-imports --no-cache
 
 typecheck: venv
-	$(BIN)/mypy gpuops/core gpuops/node gpuops/spec gpuops/fleet gpuops/cli gpuops/tui gpuops/plan gpuops/tenancy gpuops/views gpuops/exporter
+	$(BIN)/mypy gpuops/core gpuops/node gpuops/spec gpuops/fleet gpuops/cli gpuops/tui gpuops/plan gpuops/tenancy gpuops/views gpuops/exporter gpuops/simfleet
 
 # core/ and node/ run on GPU nodes with old Pythons: they must stay valid Python 3.8.
 compat: venv
@@ -48,6 +48,11 @@ pytest: venv native test-deps
 	$(BIN)/python -m pytest -q -m "not gpu" -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 test: venv native lint typecheck compat pytest
+
+# The longer property search, apart from make test: every hypothesis test at four times its
+# count, drawn anew (tests/hypothesis_budget.py).
+test-deep: venv native
+	GPUOPS_HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -m hypothesis -n $(PYTEST_WORKERS)
 
 # A simulated fleet over real SSH on loopback, opened in the TUI; the fleet stops when it closes.
 demo: venv native
