@@ -28,6 +28,8 @@ pytest_plugins = ["tests.sshtest.fixtures"]
 # merits and never on a draw; a developer's `make test` draws new examples each time, which is how
 # new failures are found (each one then kept as an `@example`).
 settings.register_profile("ci", derandomize=True, database=None)
+# `make test-deep`: the longer search (tests/hypothesis_budget.py scales each test's count by 4).
+settings.register_profile("deep")
 if os.environ.get("GPUOPS_HYPOTHESIS_PROFILE"):
     settings.load_profile(os.environ["GPUOPS_HYPOTHESIS_PROFILE"])
 
