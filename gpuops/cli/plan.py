@@ -25,7 +25,7 @@ from gpuops.cli.fleet_file import load_or_fail
 from gpuops.plan.diff import make_plan
 from gpuops.plan.export import carve_entries
 from gpuops.plan.live import NodeLive
-from gpuops.plan.model import Plan, PlanError, digest
+from gpuops.plan.model import PayloadError, Plan, PlanError, digest
 from gpuops.plan.render import plan_lines
 from gpuops.plan.saved import EditedPlanError, plan_document, read_plan, save_plan
 from gpuops.spec import Fleet
@@ -151,6 +151,8 @@ def _load_plan(path: Path) -> Plan:
         return read_plan(path)
     except EditedPlanError as exc:
         fail(escape(str(exc)), code=EXIT_EDITED)
+    except PayloadError as exc:  # what the node would refuse: said as fleet.yaml's checks are
+        fail(escape(f"{exc}; nothing applied"))
     except PlanError as exc:
         fail(escape(str(exc)))
 

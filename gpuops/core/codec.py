@@ -7,12 +7,26 @@ surfacing later as a TypeError deep in the TUI.
 The operator side decodes every sample of every node, so decoders are compiled once per type
 into closures that dispatch on the exact Python type of the value; the path of a bad field is
 only assembled when there is an error (zero-cost `try` blocks on the good path).
+
+What a type may say about its JSON (the write path's requests and lines use these):
+
+- a field's metadata `{"json": "class"}`: its key in JSON, when that is not its name
+  (`TenantSpec.klass`); `{"omit_default": True}`: left out when it has its default (a key older
+  readers never saw), read back as the default when absent;
+- a dataclass with `to_json()` and a static `from_json(data)` (`MigLayout`: its compact form) is
+  carried in that form; `from_json` raises ValueError for what it refuses;
+- a dataclass with `check()` has it called on every object decoded: the semantic checks live
+  beside the type, and both sides run them. A `ValueError(message, *where)` it raises is the
+  decoding's error, located at the object and `where` inside it (`"changes", 2, "gpu"`);
+- `_json_unknown`, a class attribute: how an unknown key is called in its errors ("unknown key",
+  "unknown argument"; default "unknown field").
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import types
 import typing
 from typing import Any, Callable, Dict, List, Tuple, Type, TypeVar, Union
 
@@ -49,7 +63,39 @@ class _Bad(Exception):
 
 # ---- encoding --------------------------------------------------------------------------------
 
+
+class _Shaped(Tuple[str, ...]):
+    """The field names of a dataclass whose JSON renames or leaves out fields (or that has a
+    form of its own, `own`): `keys` its JSON keys, `omit` (name, default) of omit_default fields."""
+
+    keys: Tuple[str, ...] = ()
+    omit: Tuple[Tuple[str, Any], ...] = ()
+    own: bool = False
+
+
 _FIELD_NAMES: Dict[type, Tuple[str, ...]] = {}
+
+
+def _has_own_form(cls: type) -> bool:
+    return callable(getattr(cls, "to_json", None)) and callable(getattr(cls, "from_json", None))
+
+
+def _json_key(f: "dataclasses.Field[Any]") -> str:
+    key = f.metadata.get("json", f.name) if f.metadata else f.name
+    return str(key)
+
+
+def _field_names(cls: type) -> Tuple[str, ...]:
+    fields = dataclasses.fields(cls)
+    names = tuple(f.name for f in fields)
+    keys = tuple(_json_key(f) for f in fields)
+    omit = tuple((f.name, f.default) for f in fields if f.metadata and f.metadata.get("omit_default"))
+    own = _has_own_form(cls)
+    if keys == names and not omit and not own:
+        return names
+    shaped = _Shaped(names)
+    shaped.keys, shaped.omit, shaped.own = keys, omit, own
+    return shaped
 
 
 def to_json(value: Any) -> Any:
@@ -63,9 +109,11 @@ def to_json(value: Any) -> Any:
         return {"na": value.reason}
     names = _FIELD_NAMES.get(kind)
     if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
-        names = tuple(f.name for f in dataclasses.fields(value))
+        names = _field_names(kind)
         _FIELD_NAMES[kind] = names
     if names is not None:
+        if type(names) is _Shaped:
+            return _shaped_json(value, names)
         out = {name: to_json(getattr(value, name)) for name in names}
         # A GPU without mode partitions sends no key for them: NVIDIA agents' messages stay
         # what older operators (strict about unknown fields) read.
@@ -79,6 +127,15 @@ def to_json(value: Any) -> Any:
     if isinstance(value, float):
         return to_json(float(value))
     return value
+
+
+def _shaped_json(value: Any, shape: _Shaped) -> Any:
+    if shape.own:
+        return value.to_json()
+    left_out = {name for name, default in shape.omit if getattr(value, name) == default}
+    return {
+        key: to_json(getattr(value, name)) for name, key in zip(shape, shape.keys) if name not in left_out
+    }
 
 
 def sample_to_json(sample: NodeSample, extras: Tuple[str, ...] = ()) -> Dict[str, Any]:
@@ -143,11 +200,23 @@ def from_json(cls: Type[T], data: Any, path: str = "") -> T:
         raise _located(cls, path, exc) from None
 
 
+def decode_args(cls: Type[T], op: str, args: Any) -> T:
+    """A request's args as its dataclass of core/protocol.py, every field and check run; raises
+    DecodeError("limiter_apply: tenants[2].compute: ..."), which the agent answers with
+    invalid_args."""
+    return from_json(cls, args, op + ": ")
+
+
 def _located(cls: Any, path: str, exc: _Bad) -> DecodeError:
     """The error a user sees: the path of the bad field (`Node.gpus[2].sample.power_watts`)."""
     where = path or getattr(cls, "__name__", str(cls))
     for part in reversed(exc.parts):
-        where += "[%d]" % part if isinstance(part, int) else "." + part
+        if isinstance(part, int):
+            where += "[%d]" % part
+        else:  # a path that ends with a space ("plan.json: ") takes the first field bare
+            where += part if where.endswith(" ") else "." + part
+    if where.endswith(": "):  # an error of the object itself
+        where = where[:-2]
     return DecodeError("%s: %s" % (where, exc.message))
 
 
@@ -170,11 +239,14 @@ def _args(tp: Any) -> Tuple[Any, ...]:
     return typing.get_args(tp) if hasattr(typing, "get_args") else getattr(tp, "__args__", ())
 
 
+_UNION_TYPE = getattr(types, "UnionType", None)  # `int | None` (Python 3.10+)
+
+
 def _compile(tp: Any) -> Decoder:
     origin = _origin(tp)
     if tp is Any:
         return lambda data: data
-    if origin is Union:
+    if origin is Union or (_UNION_TYPE is not None and origin is _UNION_TYPE):
         return _compile_union(_args(tp))
     if origin in (tuple, typing.Tuple):
         return _compile_tuple(_args(tp))
@@ -363,34 +435,66 @@ def _compile_dict(key_decoder: Decoder, value_decoder: Decoder) -> Decoder:
     return decode
 
 
+def _checked(error: ValueError) -> _Bad:
+    """A check's ValueError(message, *where) as the decoding's error."""
+    message = str(error.args[0]) if error.args else str(error)
+    bad = _Bad(message)
+    bad.parts.extend(reversed(error.args[1:]))
+    return bad
+
+
+def _compile_own(cls: Any) -> Decoder:
+    read = cls.from_json
+
+    def decode(data: Any) -> Any:
+        try:
+            return read(data)
+        except ValueError as exc:
+            raise _checked(exc) from None
+
+    return decode
+
+
 def _compile_dataclass(cls: Any) -> Decoder:
+    if _has_own_form(cls):
+        return _compile_own(cls)
     module = __import__(cls.__module__, fromlist=["_"])
     hints = typing.get_type_hints(cls, vars(module))
-    fields: List[Tuple[str, Decoder, bool]] = []
+    fields: List[Tuple[str, str, Decoder, bool]] = []
     known = set()
     for f in dataclasses.fields(cls):
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        fields.append((f.name, _decoder(hints[f.name]), required))
-        known.add(f.name)
+        key = _json_key(f)
+        fields.append((f.name, key, _decoder(hints[f.name]), required))
+        known.add(key)
+    unknown_word = getattr(cls, "_json_unknown", "unknown field")
+    check = getattr(cls, "check", None)
 
     def decode(data: Any) -> Any:
         if type(data) is not dict:
             raise _Bad("expected an object")
         if not known.issuperset(data):
-            unknown = sorted(k for k in data if k not in known)
-            raise _Bad("unknown field %r" % (unknown[0],))
+            unknown = sorted(str(k) for k in data if k not in known)
+            raise _Bad("%s %r" % (unknown_word, unknown[0][:64]))
         kwargs = {}
-        name = ""
+        key = ""
         try:
-            for name, dec, required in fields:
-                if name in data:
-                    kwargs[name] = dec(data[name])
+            for name, key, dec, required in fields:
+                if key in data:
+                    kwargs[name] = dec(data[key])
                 elif required:
                     raise _Bad("missing")
         except _Bad as exc:
-            exc.parts.append(name)
+            exc.parts.append(key)
             raise
-        return cls(**kwargs)
+        if check is None:
+            return cls(**kwargs)
+        try:
+            made = cls(**kwargs)
+            made.check()
+        except ValueError as exc:
+            raise _checked(exc) from None
+        return made
 
     return decode
 

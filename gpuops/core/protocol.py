@@ -32,7 +32,8 @@ The ops (`OPS`), each with its arguments' checker below:
   (the id of a watch): what the node has and does, once or as a stream;
 - `config`: the node's MPS daemons and limiter table, for `gpuops plan`;
 - `mig_apply`, `mps_apply`, `limiter_apply`, `partition_apply`: the changes of `gpuops apply`
-  (`mig_apply_args`, `mps_apply_args`, `limiter_apply_args`, `partition_apply_args`);
+  (`mig_apply_args`, `mps_apply_args`, `partition_apply_args`; `LimiterApplyRequest`, a
+  dataclass core/codec.py carries, its checks beside it: `decode_args`);
 - `history` (resolution "hour" or "minute", since, until, compress: `history_args`): the usage
   buckets the node's recorder kept (docs/history.md), for `gpuops tenants`, `rebalance` and the
   TUI's Pool screen; with `compress: "zlib"` (agents whose hello lists `history-zlib`) the result
@@ -47,8 +48,10 @@ import json
 import math
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+from gpuops.core.tenant_table import TenantSpec
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -347,8 +350,6 @@ _TENANT_RE = re.compile(r"^[A-Za-z0-9._-]{1,63}\Z")
 _USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?\Z")
 _GPU_REF_RE = re.compile(r"^[A-Za-z0-9_./:-]{1,128}\Z")
 _MAX_BYTES = 1 << 60
-LIMITER_POLICIES = ("best-effort", "fixed-share", "burst-share")
-LIMITER_CLASSES = ("online", "offline")
 
 
 @dataclass(frozen=True)
@@ -373,23 +374,16 @@ class MpsChange:
     tenants: Tuple[MpsTenant, ...] = ()
 
 
-@dataclass(frozen=True)
-class LimiterTenant:
-    """One line of the limiter tenant table (fields as gpuops.core.tenant_table.TenantSpec)."""
-
-    name: str  # a tenant, or * for tenants without a line of their own
-    memory: Optional[int]  # bytes; None = no cap
-    compute: Optional[float]  # percent; None = no share
-    policy: Optional[str]  # None: fixed-share with a compute share, else best-effort
-    klass: str  # online | offline
-    gpus: Tuple[str, ...]  # indices or UUIDs; () = every GPU
-
-
 def _unknown(where: str, data: Dict[str, Any], known: Tuple[str, ...]) -> None:
     unknown = sorted(str(k) for k in set(data) - set(known))
     if unknown:
         what = "key" if where else "argument"
         raise ValueError("%sunknown %s %r" % (where, what, unknown[0][:64]))
+
+
+def _check_holder(holder: str) -> None:
+    if len(holder) > 200:
+        raise ValueError("must be a short string", "holder")
 
 
 def _force_holder(args: Dict[str, Any]) -> Tuple[bool, str]:
@@ -541,57 +535,53 @@ def mps_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[MpsChange, ...], bool, s
     return tuple(out), force, holder
 
 
-def _limiter_tenant(item: Any, at: str) -> LimiterTenant:
-    if not isinstance(item, dict):
-        raise ValueError("%s must be an object with name, memory, compute, policy, class, gpus" % at)
-    _unknown(at + ": ", item, ("name", "memory", "compute", "policy", "class", "gpus"))
-    name = item.get("name")
-    if not isinstance(name, str) or not (name == "*" or _TENANT_RE.match(name)):
-        raise ValueError("%s.name must be a tenant name (letters, digits, '.', '_', '-') or *" % at)
-    memory = _opt_bytes(item.get("memory"), at + ".memory")
-    compute = item.get("compute")
-    if compute is not None and (
-        isinstance(compute, bool)
-        or not isinstance(compute, (int, float))
-        or not math.isfinite(compute)
-        or not 0 < compute <= 100
-    ):
-        raise ValueError("%s.compute must be a percentage in (0, 100], or null" % at)
-    policy = item.get("policy")
-    if policy is not None and policy not in LIMITER_POLICIES:
-        raise ValueError("%s.policy must be one of %s, or null" % (at, ", ".join(LIMITER_POLICIES)))
-    klass = item.get("class", "online")
-    if klass not in LIMITER_CLASSES:
-        raise ValueError("%s.class must be online or offline" % at)
-    gpus = item.get("gpus", [])
-    if not isinstance(gpus, list) or len(gpus) > MAX_LIMITER_GPUS:
-        raise ValueError("%s.gpus must be a list of at most %d GPU indices or UUIDs" % (at, MAX_LIMITER_GPUS))
-    for g in gpus:
-        if not isinstance(g, str) or not _GPU_REF_RE.match(g):
-            raise ValueError("%s.gpus: %r is not a GPU index or UUID" % (at, str(g)[:40]))
-    return LimiterTenant(
-        name=name,
-        memory=memory,
-        compute=None if compute is None else float(compute),
-        policy=policy,
-        klass=klass,
-        gpus=tuple(gpus),
-    )
+@dataclass(frozen=True)
+class LimiterApplyRequest:
+    """The args of a limiter_apply request: the node's whole tenant table (`TenantSpec` lines,
+    core/tenant_table.py, GPUs by UUID or index), the generation the plan saw (None: do not
+    check) and who asks. core/codec.py carries it and runs `check` (and each line's) on both
+    sides."""
+
+    tenants: Tuple[TenantSpec, ...]
+    expect_generation: Optional[int] = None
+    holder: str = ""
+
+    _json_unknown = "unknown argument"
+
+    def check(self) -> None:
+        if len(self.tenants) > MAX_TENANTS:
+            raise ValueError("must be a list of at most %d tenant lines" % MAX_TENANTS, "tenants")
+        seen = set()
+        for n, line in enumerate(self.tenants):
+            if line.memory is not None and not 1 <= line.memory <= _MAX_BYTES:
+                raise ValueError("must be a number of bytes (at least 1), or null", "tenants", n, "memory")
+            if len(line.gpus) > MAX_LIMITER_GPUS:
+                raise ValueError(
+                    "must be a list of at most %d GPU indices or UUIDs" % MAX_LIMITER_GPUS,
+                    "tenants",
+                    n,
+                    "gpus",
+                )
+            for g in line.gpus:
+                if not _GPU_REF_RE.match(g):
+                    raise ValueError("%r is not a GPU index or UUID" % g[:40], "tenants", n, "gpus")
+            if (line.name, line.gpus) in seen:
+                raise ValueError("tenant %s appears twice for the same GPUs" % line.name, "tenants", n)
+            seen.add((line.name, line.gpus))
+        if self.expect_generation is not None and not 0 <= self.expect_generation < 2**63:
+            raise ValueError("must be a table generation (an integer >= 0), or null", "expect_generation")
+        _check_holder(self.holder)
 
 
-def limiter_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[LimiterTenant, ...], Optional[int], str]:
-    """Validate a limiter_apply request: the table's lines, the generation the plan saw
-    (None: do not check), who asks."""
-    _unknown("", args, ("tenants", "expect_generation", "holder"))
-    tenants = args.get("tenants")
-    if not isinstance(tenants, list) or len(tenants) > MAX_TENANTS:
-        raise ValueError("'tenants' must be a list of at most %d tenant lines" % MAX_TENANTS)
-    out = tuple(_limiter_tenant(t, "tenants[%d]" % n) for n, t in enumerate(tenants))
-    expect = args.get("expect_generation")
-    if expect is not None and (not _is_int(expect) or not 0 <= expect < 2**63):
-        raise ValueError("'expect_generation' must be a table generation (an integer >= 0), or null")
-    _force, holder = _force_holder({"holder": args.get("holder", "")})
-    return out, expect, holder
+@dataclass(frozen=True)
+class LimiterConfig:
+    """The limiter part of a `config` reply: where the table is, its generation (None when it
+    cannot be read, with `error`) and its lines."""
+
+    directory: str = ""
+    generation: Optional[int] = 0
+    tenants: Tuple[TenantSpec, ...] = ()
+    error: str = field(default="", metadata={"omit_default": True})
 
 
 # ---- replies of the write path ----------------------------------------------------------------

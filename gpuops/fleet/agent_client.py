@@ -18,15 +18,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuops.core import protocol as proto
-from gpuops.core.codec import SAMPLE_ROW_FIELDS, DecodeError, from_delta, from_json, from_rows
+from gpuops.core.codec import SAMPLE_ROW_FIELDS, DecodeError, from_delta, from_json, from_rows, to_json
 from gpuops.core.history import History, history_from_json
 from gpuops.core.lines import READ_CHUNK, ByteReader, ByteWriter, LineSplitter
 from gpuops.core.model import Node, NodeSample
+from gpuops.core.tenant_table import TenantSpec
 from gpuops.core.text import may_need_escaping, printable, printable_data
 
 _loads: Callable[[bytes], Any]
@@ -463,12 +464,11 @@ class AgentClient:
         return reply
 
     async def limiter_apply(
-        self, tenants: list[dict[str, Any]], expect_generation: int | None = None, holder: str = ""
+        self, tenants: Sequence[TenantSpec], expect_generation: int | None = None, holder: str = ""
     ) -> proto.LimiterApplyReply:
         """Replace the limiter's tenant table; AgentError("stale") when its generation is not
         `expect_generation` (None: do not check)."""
-        result = await self.request(
-            "limiter_apply", {"tenants": tenants, "expect_generation": expect_generation, "holder": holder}
-        )
+        asked = proto.LimiterApplyRequest(tuple(tenants), expect_generation, holder)
+        result = await self.request("limiter_apply", to_json(asked))
         reply: proto.LimiterApplyReply = self._decode(proto.LimiterApplyReply, result)
         return reply

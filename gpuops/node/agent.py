@@ -33,6 +33,7 @@ from typing import (
 from gpuops import __version__
 from gpuops.core import protocol as proto
 from gpuops.core.codec import (
+    decode_args,
     limiter_apply_reply_json,
     mig_apply_reply_json,
     mps_apply_reply_json,
@@ -47,6 +48,7 @@ from gpuops.node.limiter_tags import LimiterTagger
 from gpuops.node.state import interrupted_applies
 
 if TYPE_CHECKING:
+    from gpuops.core.tenant_table import TenantSpec
     from gpuops.node.health import HealthMonitor
     from gpuops.node.mps import MpsControl
 
@@ -481,14 +483,13 @@ class Agent:
 
         control, why = self._mps_control()
         mps = live_config(self._user_name, control, MpsRecord(self.state_dir), why)
-        limiter: Dict[str, Any] = {"directory": self.limiter_dir, "generation": 0, "tenants": []}
         try:
             generation, specs = read_table(self.limiter_dir)
         except LimiterError as exc:
-            limiter.update(generation=None, error=str(exc))
+            limiter = proto.LimiterConfig(self.limiter_dir, None, (), error=str(exc))
         else:
-            limiter.update(generation=generation, tenants=[_tenant_json(s) for s in specs])
-        return {"mps": mps, "limiter": limiter}
+            limiter = proto.LimiterConfig(self.limiter_dir, generation, tuple(specs))
+        return {"mps": mps, "limiter": to_json(limiter)}
 
     def _node_lock(self, holder: str) -> Tuple[Any, Any]:
         from gpuops.node.state import LockBusy, NodeState
@@ -537,20 +538,15 @@ class Agent:
             NodeState.unlock(lock)
 
     async def _op_limiter_apply(self, request: proto.Request) -> None:
-        tenants, expect, holder = proto.limiter_apply_args(request.args)
-        from gpuops.node.limiter import TenantSpec, format_table
-
-        specs = [
-            TenantSpec(
-                name=t.name, memory=t.memory, compute=t.compute, policy=t.policy, klass=t.klass, gpus=t.gpus
-            )
-            for t in tenants
-        ]
-        format_table(specs, 0)  # every line valid, no tenant twice for the same GPUs (LimiterError)
-        result = await self._call(lambda: self._limiter_apply(specs, expect, holder))
+        # Every line valid (TenantSpec.check), no tenant twice for the same GPUs: DecodeError.
+        asked = decode_args(proto.LimiterApplyRequest, request.op, request.args)
+        specs = list(asked.tenants)
+        result = await self._call(lambda: self._limiter_apply(specs, asked.expect_generation, asked.holder))
         await self._send(proto.reply(request.id, limiter_apply_reply_json(result)))
 
-    def _limiter_apply(self, specs: List[Any], expect: Optional[int], holder: str) -> proto.LimiterApplyReply:
+    def _limiter_apply(
+        self, specs: List["TenantSpec"], expect: Optional[int], holder: str
+    ) -> proto.LimiterApplyReply:
         """Under the node lock: refuse when the table is not the one the plan saw, leave an
         identical table alone, else replace it atomically with the next generation."""
         from gpuops.node.limiter import LimiterError, read_table, write_table
@@ -653,17 +649,6 @@ def _history_json(history: Any, texts: List[Optional[str]]) -> str:
 
 def _compact(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), allow_nan=False)
-
-
-def _tenant_json(spec: Any) -> Dict[str, Any]:
-    return {
-        "name": spec.name,
-        "memory": spec.memory,
-        "compute": spec.compute,
-        "policy": spec.effective_policy(),
-        "class": spec.klass,
-        "gpus": list(spec.gpus),
-    }
 
 
 def _make_dir(path: str) -> None:

@@ -21,12 +21,13 @@ import asyncio
 import getpass
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuops.core.mig.layout import layout_of
 from gpuops.core.model import Gpu
+from gpuops.core.tenant_table import TenantSpec
 from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.fleet.session import NodeTarget, node_agent
 from gpuops.fleet.ssh import SshError
@@ -42,7 +43,7 @@ from gpuops.plan.diff import (
     what_changed,
 )
 from gpuops.plan.live import NodeLive, read_node
-from gpuops.plan.model import Action, GpuPlan, MpsPayload, NodePlan, Terms
+from gpuops.plan.model import Action, GpuPlan, MpsPayload, NodePlan
 from gpuops.spec import Fleet
 
 UNCHANGED, CHANGED, PARTIAL, REFUSED, FAILED = "unchanged", "changed", "partial", "refused", "failed"
@@ -303,9 +304,7 @@ class _NodeApply:
     # -- limiter ---------------------------------------------------------------------------------
 
     async def _limiter(self, gpus: Sequence[GpuPlan]) -> None:
-        wanted = {
-            g.index: sorted(g.limiter) for g in gpus if g.limiter is not None and g.index not in self.failed
-        }
+        wanted = {g.index: g.limiter for g in gpus if g.limiter is not None and g.index not in self.failed}
         if not wanted:
             return
         table = compose_table(self.live, wanted)
@@ -369,37 +368,26 @@ def verify_gpu(plan: GpuPlan, gpu: Gpu, live: NodeLive) -> list[str]:
             modes.memory_mode,
         ):
             problems.append(f"partition modes are {partition_modes(modes)}, not the planned ones")
-    if plan.limiter is not None and live.limiter_terms(gpu) != sorted(plan.limiter):
+    if plan.limiter is not None and live.lines_of(gpu) != sorted(plan.limiter, key=TenantSpec.sort_key):
         problems.append("the limiter lines for this GPU are not the planned ones")
     return problems
 
 
-def compose_table(live: NodeLive, wanted: dict[int, list[Terms]]) -> list[dict[str, Any]]:
+def compose_table(live: NodeLive, wanted: Mapping[int, Sequence[TenantSpec]]) -> tuple[TenantSpec, ...]:
     """The node's new tenant table: the wanted lines on the GPUs being changed, every other GPU's
     lines as they are; one line per (tenant, values), listing its GPUs by UUID (none: all GPUs)."""
-    per_gpu: dict[str, list[Terms]] = {}
+    per_gpu: dict[str, Sequence[TenantSpec]] = {}
     for gpu in live.gpus:
-        per_gpu[gpu.info.uuid] = wanted.get(gpu.info.index, live.limiter_terms(gpu))
-    groups: dict[Terms, list[str]] = {}
-    for uuid, terms in per_gpu.items():
-        for t in terms:
-            groups.setdefault(t, []).append(uuid)
-    lines = []
+        per_gpu[gpu.info.uuid] = wanted.get(gpu.info.index, live.lines_of(gpu))
+    groups: dict[TenantSpec, list[str]] = {}
+    for uuid, lines in per_gpu.items():
+        for line in lines:
+            groups.setdefault(replace(line, gpus=()), []).append(uuid)
     every = set(per_gpu)
-    for (name, memory, compute, policy, klass), uuids in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], sorted(kv[1]))
-    ):
-        lines.append(
-            {
-                "name": name,
-                "memory": memory,
-                "compute": compute,
-                "policy": policy,
-                "class": klass,
-                "gpus": [] if set(uuids) == every else sorted(uuids),
-            }
-        )
-    return lines
+    return tuple(
+        replace(line, gpus=() if set(uuids) == every else tuple(sorted(uuids)))
+        for line, uuids in sorted(groups.items(), key=lambda kv: (kv[0].name, sorted(kv[1])))
+    )
 
 
 async def apply_node(

@@ -69,13 +69,13 @@ def _limiter(gpu: GpuPlan) -> dict[str, Any]:
     if not gpu.limiter:
         return {"enabled": False}  # no lines for the GPU: what a disabled limiter: asks
     tenants: dict[str, Any] = {}
-    for name, memory, compute, policy, klass in gpu.limiter:
-        line: dict[str, Any] = {"policy": policy, "class": klass}
-        if memory is not None:
-            line["memory"] = format_exact_bytes(memory)
-        if compute is not None:
-            line["compute"] = compute
-        tenants[name] = line
+    for t in gpu.limiter:
+        line: dict[str, Any] = {"policy": t.effective_policy(), "class": t.klass}
+        if t.memory is not None:
+            line["memory"] = format_exact_bytes(t.memory)
+        if t.compute is not None:
+            line["compute"] = t.compute
+        tenants[t.name] = line
     return {"tenants": tenants}
 
 
@@ -133,7 +133,7 @@ def _plan_path(entry: _Entry, tail: str) -> str:
         return f"{entry.where}.{kind}"  # the entry's select: (the GPU), or the entry as a whole
     rest = parts[1:]
     if kind == LIMITER and rest[:1] == ["tenants"] and entry.gpu.limiter is not None:
-        names = [t[0] for t in entry.gpu.limiter]
+        names = [t.name for t in entry.gpu.limiter]
         if len(rest) >= 2 and rest[1] in names:
             field = "." + ".".join(rest[2:]) if rest[2:] else ""
             return f"{entry.where}.{kind}[{names.index(rest[1])}]{field}"

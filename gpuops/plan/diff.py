@@ -24,6 +24,7 @@ from gpuops.core.mig.catalog import MigModel, find_model
 from gpuops.core.mig.layout import InstanceSpec, MigLayout, disrupted_processes, fingerprint, layout_of
 from gpuops.core.model import Gpu, GpuProcess, PartitionState
 from gpuops.core.partition_catalog import find_partition_model
+from gpuops.core.tenant_table import TenantSpec
 from gpuops.core.units import format_bytes, format_percent
 from gpuops.plan.live import MpsDaemon, NodeLive, mps_threads
 from gpuops.plan.model import (
@@ -43,7 +44,6 @@ from gpuops.plan.model import (
     PartitionPayload,
     Plan,
     Proc,
-    Terms,
     state_fingerprint,
 )
 from gpuops.spec import Fleet
@@ -85,16 +85,16 @@ def show_layout(layout: MigLayout | None, model: MigModel | None) -> str:
     return ", ".join(show_instance(i, model) for i in layout.instances)
 
 
-def show_terms(t: Terms) -> str:
-    name, memory, compute, policy, klass = t
-    parts = [f"memory {format_bytes(memory)}" if memory is not None else "memory uncapped"]
-    parts.append(f"compute {format_percent(compute)}" if compute is not None else "no compute share")
-    parts += [policy, klass]
-    return f"{name}: " + ", ".join(parts)
+def show_line(t: TenantSpec) -> str:
+    """'vision: memory 20GiB, compute 30%, fixed-share, online'."""
+    parts = [f"memory {format_bytes(t.memory)}" if t.memory is not None else "memory uncapped"]
+    parts.append(f"compute {format_percent(t.compute)}" if t.compute is not None else "no compute share")
+    parts += [t.effective_policy(), t.klass]
+    return f"{t.name}: " + ", ".join(parts)
 
 
-def _values(t: Terms) -> str:
-    return show_terms(t).split(": ", 1)[1]
+def _values(t: TenantSpec) -> str:
+    return show_line(t).split(": ", 1)[1]
 
 
 def _mps_values(atp: int | None, pinned: int | None) -> str:
@@ -117,7 +117,7 @@ def live_summary(gpu: Gpu, live: NodeLive) -> dict[str, Any]:
         "mig": show_layout(layout_of(gpu), model) + (" (mode change pending)" if _pending(gpu) else ""),
         "processes": [f"{p.pid} ({p.user or '?'})" for p in sorted(gpu.processes, key=lambda p: p.pid)],
         "mps": {d.device: d.settings() for d in live.daemons_of(gpu)},
-        "limiter": [show_terms(t) for t in live.limiter_terms(gpu)],
+        "limiter": [show_line(t) for t in live.lines_of(gpu)],
     }
     if gpu.partition is not None:  # only where there are modes: NVIDIA GPUs' summaries as before
         summary["partition"] = partition_modes(gpu.partition)
@@ -142,7 +142,8 @@ def gpu_fingerprint(gpu: Gpu, live: NodeLive) -> str:
         "mig": layout.to_json() if layout is not None else None,
         "pending": _pending(gpu),
         "mps": [d.settings() for d in live.daemons_of(gpu)],
-        "limiter": live.limiter_terms(gpu),
+        # as the 5-tuples plans were first fingerprinted with: saved plans stay fresh
+        "limiter": [[t.name, t.memory, t.compute, t.policy, t.klass] for t in live.lines_of(gpu)],
     }
     if gpu.partition is not None:  # NVIDIA GPUs' fingerprints stay what saved plans hold
         state["partition"] = partition_modes(gpu.partition)
@@ -319,29 +320,28 @@ def _mps_diff(
 # ---- limiter -------------------------------------------------------------------------------------
 
 
-def desired_terms(desired: DesiredGpu) -> list[Terms] | None:
+def desired_lines(desired: DesiredGpu) -> list[TenantSpec] | None:
+    """The GPU's limiter lines fleet.yaml wants (None: leave them; []: none)."""
     if desired.limiter is None:
         return None
-    if not desired.limiter.enabled:
-        return []
-    return sorted((t.name, t.memory, t.compute, t.policy, t.klass) for t in desired.limiter.tenants)
+    return sorted(desired.limiter.tenant_specs(), key=TenantSpec.sort_key)
 
 
-def limiter_actions(old: Sequence[Terms], new: Sequence[Terms]) -> list[Action]:
-    before = {t[0]: t for t in old}
-    after = {t[0]: t for t in new}
+def limiter_actions(old: Sequence[TenantSpec], new: Sequence[TenantSpec]) -> list[Action]:
+    before = {t.name: t for t in old}
+    after = {t.name: t for t in new}
     actions = []
     for name in sorted(set(before) | set(after)):
         if name not in after:
-            actions.append(Action(LIMITER, REMOVE, f"limiter tenant {show_terms(before[name])}"))
+            actions.append(Action(LIMITER, REMOVE, f"limiter tenant {show_line(before[name])}"))
         elif name not in before:
-            actions.append(Action(LIMITER, ADD, f"limiter tenant {show_terms(after[name])}"))
+            actions.append(Action(LIMITER, ADD, f"limiter tenant {show_line(after[name])}"))
         elif before[name] != after[name]:
             actions.append(
                 Action(
                     LIMITER,
                     CHANGE,
-                    f"limiter tenant {show_terms(before[name])} -> {_values(after[name])}",
+                    f"limiter tenant {show_line(before[name])} -> {_values(after[name])}",
                 )
             )
     return actions
@@ -404,7 +404,7 @@ def payload_actions(
     live: NodeLive,
     mig: MigPayload | None,
     mps: MpsPayload | None,
-    limiter: Sequence[Terms] | None,
+    limiter: Sequence[TenantSpec] | None,
     partition: PartitionPayload | None = None,
 ) -> list[Action]:
     """The plan's lines for these payloads against the GPU as it is now. A plan made here and a
@@ -434,7 +434,7 @@ def payload_actions(
             devices = daemon_devices(gpu, mps.per_instance)
             actions += _mps_diff(mps, devices, live.daemons_of(gpu), users)
     if limiter is not None:
-        actions += limiter_actions(live.limiter_terms(gpu), sorted(limiter))
+        actions += limiter_actions(live.lines_of(gpu), sorted(limiter, key=TenantSpec.sort_key))
     if partition is not None:
         actions += partition_actions(gpu, partition)
     return actions
@@ -475,15 +475,15 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
             problems.append(f"node {live.name}: its agent cannot manage MPS (update gpuops on the node)")
         else:
             mps = mps_payload(fleet, desired.mps, bool(new is not None and new.enabled))
-    limiter: tuple[Terms, ...] | None = None
-    wanted_terms = desired_terms(desired)
-    if wanted_terms is not None and not problems:
+    limiter: tuple[TenantSpec, ...] | None = None
+    wanted_lines = desired_lines(desired)
+    if wanted_lines is not None and not problems:
         if live.limiter is None:
             problems.append(
                 f"node {live.name}: its agent cannot write the limiter table (update gpuops on the node)"
             )
         else:
-            limiter = tuple(wanted_terms)
+            limiter = tuple(wanted_lines)
     partition: PartitionPayload | None = None
     if desired.partition is not None and not problems:
         partition = _partition_payload(gpu, desired, problems)

@@ -7,10 +7,12 @@ error names its place in the document (`plan.json: nodes[0].gpus[2].mig.layout: 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
+from gpuops.core.codec import DecodeError, from_json
 from gpuops.core.mig.layout import MigLayout
 from gpuops.core.partition_catalog import COMPUTE_MODE_NAMES, MEMORY_MODE_NAMES
+from gpuops.core.tenant_table import TenantSpec
 from gpuops.plan.model import (
     ADD,
     CHANGE,
@@ -28,11 +30,13 @@ from gpuops.plan.model import (
     MpsTenantPayload,
     NodePlan,
     PartitionPayload,
+    PayloadError,
     Plan,
     PlanError,
     Proc,
-    Terms,
 )
+
+T = TypeVar("T")
 
 _TEXT = "a string"
 
@@ -170,29 +174,31 @@ def _mps(data: dict[str, Any], where: str) -> MpsPayload | None:
     return MpsPayload(enabled, per_instance, pipe_directory, log_directory, threads, pinned, tuple(tenants))
 
 
-def _limiter(data: dict[str, Any], where: str) -> tuple[Terms, ...] | None:
-    lines = data.get("limiter")
+def _payload(cls: type[T], data: dict[str, Any], key: str, where: str) -> T | None:
+    """A payload, as core/codec.py carries it on the wire: every field and the checks beside its
+    type (core/protocol.py, core/tenant_table.py). A refusal is a PayloadError."""
+    value = data.get(key)
+    if value is None:
+        return None
+    try:
+        return from_json(cls, value, f"{where}.{key}")
+    except DecodeError as exc:
+        raise PayloadError(str(exc)) from None
+
+
+def _limiter(data: dict[str, Any], where: str) -> tuple[TenantSpec, ...] | None:
+    lines = _payload(tuple[TenantSpec, ...], data, "limiter", where)
     if lines is None:
         return None
-    where = f"{where}.limiter"
-    if not isinstance(lines, list):
-        raise PlanError(f"{where}: expected a list of tenant lines")
-    terms: list[Terms] = []
+    names: list[str] = []
     for i, line in enumerate(lines):
-        at = f"{where}[{i}]"
-        name = _req(line, "name", str, at)
-        if any(t[0] == name for t in terms):
-            raise PlanError(f"{at}: tenant {name!r} is listed twice")
-        terms.append(
-            (
-                name,
-                _nullable(line, "memory", _size, "a size in bytes", at),
-                _nullable(line, "compute", lambda v: _is_number(v) and 0 < v <= 100, "a percentage", at),
-                _req(line, "policy", str, at),
-                _req(line, "class", str, at),
-            )
-        )
-    return tuple(terms)
+        at = f"{where}.limiter[{i}]"
+        if line.name in names:
+            raise PayloadError(f"{at}: tenant {line.name!r} is listed twice")
+        if line.gpus:
+            raise PayloadError(f"{at}.gpus: a GPU's lines name no GPUs (they are its own)")
+        names.append(line.name)
+    return lines
 
 
 # ---- actions, GPUs, nodes --------------------------------------------------------------------------

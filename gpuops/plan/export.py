@@ -108,19 +108,19 @@ def _mps(gpu: Gpu, live: NodeLive, notes: list[str], where: str) -> dict[str, An
 def _limiter(gpu: Gpu, live: NodeLive) -> dict[str, Any] | None:
     if live.limiter is None:
         return None
-    terms = live.limiter_terms(gpu)
-    if not terms:
+    lines = live.lines_of(gpu)
+    if not lines:
         return None
     tenants: dict[str, Any] = {}
-    for name, memory, compute, policy, klass in terms:
+    for line in lines:
         t: dict[str, Any] = {}
-        if memory is not None:
-            t["memory"] = _size(memory)
-        if compute is not None:
-            t["compute"] = f"{compute:g}%"
-        t["policy"] = policy
-        t["class"] = klass
-        tenants[name] = t
+        if line.memory is not None:
+            t["memory"] = _size(line.memory)
+        if line.compute is not None:
+            t["compute"] = f"{line.compute:g}%"
+        t["policy"] = line.effective_policy()
+        t["class"] = line.klass
+        tenants[line.name] = t
     return {"tenants": tenants}
 
 

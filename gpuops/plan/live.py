@@ -4,10 +4,13 @@ processes) and its `config` (MPS daemons and the limiter tenant table)."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from gpuops.core.codec import DecodeError, from_json
 from gpuops.core.model import Gpu, Node, NodeSample
+from gpuops.core.protocol import LimiterConfig
+from gpuops.core.tenant_table import TenantSpec
 from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.fleet.errors import SshError
 
@@ -43,34 +46,6 @@ class MpsDaemon:
 
 
 @dataclass(frozen=True)
-class LimiterLine:
-    """One line of the node's limiter tenant table."""
-
-    name: str
-    memory: int | None
-    compute: float | None
-    policy: str
-    klass: str
-    gpus: tuple[str, ...] = ()  # indices or UUIDs; () = every GPU
-
-    def applies_to(self, gpu: Gpu) -> bool:
-        return not self.gpus or str(gpu.info.index) in self.gpus or gpu.info.uuid in self.gpus
-
-    def terms(self) -> tuple[str, int | None, float | None, str, str]:
-        return (self.name, self.memory, self.compute, self.policy, self.klass)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "memory": self.memory,
-            "compute": self.compute,
-            "policy": self.policy,
-            "class": self.klass,
-            "gpus": list(self.gpus),
-        }
-
-
-@dataclass(frozen=True)
 class NodeLive:
     """One node's live state, or why it could not be read (`error`, with `kind`)."""
 
@@ -78,7 +53,7 @@ class NodeLive:
     node: Node | None = None
     sample: NodeSample | None = None
     mps: tuple[MpsDaemon, ...] | None = None  # None: the agent cannot say (too old)
-    limiter: tuple[LimiterLine, ...] | None = None
+    limiter: tuple[TenantSpec, ...] | None = None  # the node's table, GPUs by index or UUID
     limiter_generation: int = 0
     error: str = ""
     kind: str = ""
@@ -94,19 +69,16 @@ class NodeLive:
     def daemons_of(self, gpu: Gpu) -> list[MpsDaemon]:
         return [d for d in self.mps or () if d.gpu == gpu.info.index]
 
-    def limiter_terms(self, gpu: Gpu) -> list[tuple[str, int | None, float | None, str, str]]:
-        """The tenant lines that apply to a GPU, as comparable tuples, sorted."""
-        return sorted(line.terms() for line in self.limiter or () if line.applies_to(gpu))
+    def lines_of(self, gpu: Gpu) -> list[TenantSpec]:
+        """The tenant lines that apply to a GPU, as that GPU's lines (no `gpus`), sorted: what a
+        plan's limiter payload for the GPU is compared with."""
+        index, uuid = gpu.info.index, gpu.info.uuid
+        lines = [replace(line, gpus=()) for line in self.limiter or () if line.applies_to(index, uuid)]
+        return sorted(lines, key=TenantSpec.sort_key)
 
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _num_or_none(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 def _mps_values(values: Any) -> dict[str, Any]:
@@ -122,8 +94,14 @@ def mps_threads(value: int | None) -> int:
     return 100 if value is None else value
 
 
-def parse_config(data: Any) -> tuple[tuple[MpsDaemon, ...], tuple[LimiterLine, ...], int]:
+def parse_config(data: Any) -> tuple[tuple[MpsDaemon, ...], tuple[TenantSpec, ...], int]:
     """The agent's `config` reply; raises AgentError when it is not what the protocol says."""
+    try:
+        limiter = from_json(LimiterConfig, data["limiter"], "config.limiter")
+    except (KeyError, TypeError) as exc:
+        raise AgentError("invalid_request", f"malformed config reply ({type(exc).__name__}: {exc})") from None
+    except DecodeError as exc:
+        raise AgentError("invalid_request", f"malformed config reply ({exc})") from None
     try:
         daemons = []
         for d in data["mps"]:
@@ -143,19 +121,7 @@ def parse_config(data: Any) -> tuple[tuple[MpsDaemon, ...], tuple[LimiterLine, .
                     clients=tuple(sorted(set(clients))),
                 )
             )
-        limiter = data["limiter"]
-        lines = tuple(
-            LimiterLine(
-                name=str(t["name"]),
-                memory=_int_or_none(t.get("memory")),
-                compute=_num_or_none(t.get("compute")),
-                policy=str(t.get("policy") or "best-effort"),
-                klass=str(t.get("class") or "online"),
-                gpus=tuple(str(g) for g in t.get("gpus") or ()),
-            )
-            for t in limiter.get("tenants") or ()
-        )
-        return tuple(daemons), lines, int(limiter.get("generation") or 0)
+        return tuple(daemons), limiter.tenants, limiter.generation or 0
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise AgentError("invalid_request", f"malformed config reply ({type(exc).__name__}: {exc})") from None
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuops.core.codec import to_json
 from gpuops.core.mig.layout import MigLayout
+from gpuops.core.tenant_table import TenantSpec
 
 PLAN_FORMAT = "gpuops-plan"
 PLAN_VERSION = 2  # 2: the document carries a digest of itself (plan/saved.py)
@@ -21,6 +22,12 @@ ADD, CHANGE, REMOVE = "+", "~", "-"
 
 class PlanError(ValueError):
     """A saved plan that cannot be used; the message says why (and where)."""
+
+
+class PayloadError(PlanError):
+    """A payload of a saved plan that its type's checks refuse (core/protocol.py: what the node
+    would refuse), located in the plan. Said once the file's digest is known to match: an edit
+    nobody signed is an edit first (plan/saved.py)."""
 
 
 @dataclass(frozen=True)
@@ -61,13 +68,6 @@ class Action:
 
 
 # ---- payloads: what apply sends to a GPU's node, saved in the plan as they will be sent --------
-
-# One limiter tenant line of a GPU: name, memory (bytes), compute (percent), policy, class.
-Terms = tuple[str, int | None, float | None, str, str]
-
-
-def terms_json(terms: Sequence[Terms]) -> list[dict[str, Any]]:
-    return [{"name": n, "memory": m, "compute": c, "policy": p, "class": k} for n, m, c, p, k in terms]
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ class GpuPlan:
     problems: tuple[str, ...] = ()
     mig: MigPayload | None = None
     mps: MpsPayload | None = None
-    limiter: tuple[Terms, ...] | None = None  # the tenant lines wanted on this GPU
+    limiter: tuple[TenantSpec, ...] | None = None  # the tenant lines wanted on this GPU (no gpus)
     partition: PartitionPayload | None = None
     notes: tuple[str, ...] = ()  # shown with the plan, never applied (what fleet.yaml leaves alone)
 
@@ -187,7 +187,7 @@ class GpuPlan:
             "problems": list(self.problems),
             "mig": self.mig.to_json() if self.mig is not None else None,
             "mps": self.mps.to_json() if self.mps is not None else None,
-            "limiter": terms_json(self.limiter) if self.limiter is not None else None,
+            "limiter": to_json(self.limiter),
             # Only on GPUs it changes: plans of NVIDIA GPUs stay as they were, key for key.
             **({"partition": self.partition.to_json()} if self.partition is not None else {}),
             **({"notes": list(self.notes)} if self.notes else {}),

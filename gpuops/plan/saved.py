@@ -25,7 +25,7 @@ from typing import Any
 
 from gpuops.core.atomic_file import atomic_write
 from gpuops.plan.document import plan_from_json
-from gpuops.plan.model import Plan, PlanError
+from gpuops.plan.model import PayloadError, Plan, PlanError
 
 DIGEST_KEY = "digest"
 DIGEST_PREFIX = "sha256:"
@@ -159,7 +159,11 @@ def parse_plan(data: bytes, source: str) -> Plan:
     except ValueError as exc:  # an integer longer than Python reads (4300 digits)
         raise PlanError(f"{source}: not JSON ({exc})") from None
     _check_values(document, text, source)
-    plan = plan_from_json(document, source)
+    refused: PayloadError | None = None
+    try:
+        plan = plan_from_json(document, source)
+    except PayloadError as exc:  # said once the digest is known to match
+        refused = exc
     stored = document.get(DIGEST_KEY)
     if not isinstance(stored, str) or not stored.startswith(DIGEST_PREFIX):
         raise EditedPlanError(f'{source}: has no "digest": not a file gpuops plan -o wrote; nothing applied')
@@ -168,6 +172,8 @@ def parse_plan(data: bytes, source: str) -> Plan:
             f"{source}: changed since it was saved (its digest does not match); nothing applied"
             " (make a new plan: gpuops plan FLEET -o FILE)"
         )
+    if refused is not None:
+        raise refused
     return plan
 
 

@@ -32,7 +32,6 @@ from gpuops.spec.desired import (
     DesiredMig,
     DesiredMps,
     DesiredMpsTenant,
-    DesiredTenant,
 )
 from gpuops.spec.desired_gpu import DesiredGpu
 from gpuops.spec.dump import dump_fleet
@@ -72,7 +71,6 @@ __all__ = [
     "DesiredMig",
     "DesiredMps",
     "DesiredMpsTenant",
-    "DesiredTenant",
     "Fleet",
     "GpuSelect",
     "JumpHost",

@@ -2,13 +2,14 @@
 (`DesiredMig`, `DesiredMps`, `DesiredLimiter`), defaults filled in and located in the file.
 
 The YAML shapes these are built from are in `carve_entry.py` (`MigSpec`, `MpsSpec`,
-`LimiterSpec`); `desired_gpu.py` puts the three together for one live GPU.
+`LimiterSpec`); `desired_gpu.py` puts the three together for one live GPU. A limiter tenant
+resolves to the line the node's table will hold (`TenantSpec`), not a shape of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuops.core.tenant_table import TenantSpec
 from gpuops.spec.carve_entry import (
@@ -126,40 +127,20 @@ def desired_mps(spec: MpsSpec, entry: int = 0, location: str = "") -> DesiredMps
 
 
 @dataclass(frozen=True)
-class DesiredTenant:
-    """One tenant's line in the limiter table (fields as gpuops.core.tenant_table.TenantSpec)."""
-
-    name: str  # a team, or * for tenants without a line
-    memory: int | None  # bytes; None = no cap
-    compute: float | None  # percent; None = no share
-    policy: str  # fixed-share | burst-share | best-effort (resolved)
-    klass: str  # online | offline
-
-
-@dataclass(frozen=True)
 class DesiredLimiter:
-    """The limiter tenant lines wanted for a GPU. Not enabled: no lines for it."""
+    """The limiter tenant lines wanted for a GPU: `TenantSpec`s (core/tenant_table.py, the line
+    from fleet.yaml to the node), their policy resolved, no GPUs named. Not enabled: no lines."""
 
     enabled: bool
-    tenants: tuple[DesiredTenant, ...]
+    tenants: tuple[TenantSpec, ...]
     entry: int
     location: str
 
     def tenant_specs(self, gpus: Sequence[str] = ()) -> tuple[TenantSpec, ...]:
-        """The lines for gpuops.node.limiter.write_table, for the GPUs `gpus` (indices or UUIDs)."""
+        """The lines for the GPUs `gpus` (indices or UUIDs; none: the GPU's own lines)."""
         if not self.enabled:
             return ()
-        return tuple(
-            TenantSpec(
-                name=t.name,
-                memory=t.memory,
-                compute=t.compute,
-                policy=t.policy,
-                klass=t.klass,
-                gpus=tuple(gpus),
-            )
-            for t in self.tenants
-        )
+        return tuple(replace(t, gpus=tuple(gpus)) for t in self.tenants)
 
 
 def effective_policy(limiter: LimiterSpec, tenant: LimiterTenantSpec) -> str:
@@ -175,7 +156,7 @@ def desired_limiter(spec: LimiterSpec, entry: int = 0, location: str = "") -> De
     return DesiredLimiter(
         enabled=spec.enabled,
         tenants=tuple(
-            DesiredTenant(k, v.memory, v.compute, effective_policy(spec, v), v.klass)
+            TenantSpec(k, v.memory, v.compute, effective_policy(spec, v), v.klass)
             for k, v in spec.tenants.items()
         ),
         entry=entry,
@@ -203,7 +184,6 @@ __all__ = [
     "DesiredMps",
     "DesiredMpsTenant",
     "DesiredPartition",
-    "DesiredTenant",
     "desired_limiter",
     "desired_mig",
     "desired_mps",

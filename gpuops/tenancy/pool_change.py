@@ -241,13 +241,11 @@ def carving_text(live: NodeLive, gpu: Gpu) -> str:
         shown = ", ".join(f"{p} x{c}" if c > 1 else p for p, c in sorted(counts.items()))
         parts.append(f"MIG {shown or 'on, no instances'}")
     if live.limiter is not None:
-        lines = sorted(
-            (line for line in live.limiter if line.applies_to(gpu)), key=lambda t: (t.name == "*", t.name)
-        )
+        lines = sorted(live.lines_of(gpu), key=lambda t: (t.name == "*", t.name))
         if lines:
             terms = []
             for line in lines:
-                what = format_percent(line.compute) if line.compute is not None else line.policy
+                what = format_percent(line.compute) if line.compute is not None else line.effective_policy()
                 if line.memory is not None:
                     what += f" {format_bytes(line.memory)}"
                 terms.append(f"{line.name} {what}")
@@ -295,7 +293,7 @@ def _lined(view: PoolView, keys: Sequence[GpuKey], refs: Sequence[GpuRef]) -> fr
             gpu is not None
             and live is not None
             and live.limiter
-            and any(x.applies_to(gpu) for x in live.limiter)
+            and any(x.applies_to(gpu.info.index, gpu.info.uuid) for x in live.limiter)
         )
         if on_disk.limiter is not None or has_lines:
             out.add(key)

@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuops.core import protocol as proto
+from gpuops.core.codec import decode_args
 from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.node.agent import Agent
 from gpuops.node.backends.sim import SimBackend
@@ -532,9 +533,10 @@ _LIMITER_ARGS = st.fixed_dictionaries(
 @settings(max_examples=examples(400), deadline=None)
 @given(_MPS_ARGS, _LIMITER_ARGS)
 def test_argument_validation_raises_only_value_errors(mps: dict[str, Any], limiter: dict[str, Any]) -> None:
-    for check, args in ((proto.mps_apply_args, mps), (proto.limiter_apply_args, limiter)):
-        with contextlib.suppress(ValueError):
-            check(args)
+    with contextlib.suppress(ValueError):
+        proto.mps_apply_args(mps)
+    with contextlib.suppress(ValueError):
+        decode_args(proto.LimiterApplyRequest, "limiter_apply", limiter)
 
 
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])

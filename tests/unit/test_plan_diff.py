@@ -9,12 +9,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuops.core.codec import to_json
 from gpuops.core.mig.layout import layout_of
+from gpuops.core.tenant_table import TenantSpec
 from gpuops.node.backends.sim import SimBackend
 from gpuops.plan.apply import compose_table, stale_gpus, verify_gpu
 from gpuops.plan.diff import make_plan, plan_node
 from gpuops.plan.document import plan_from_json
-from gpuops.plan.live import LimiterLine, MpsDaemon, NodeLive, parse_config
+from gpuops.plan.live import MpsDaemon, NodeLive, parse_config
 from gpuops.plan.model import PLAN_VERSION, PlanError
 from gpuops.plan.render import plan_lines
 from gpuops.spec.loader import parse_fleet
@@ -35,7 +37,7 @@ def _sim(gpus: list[dict[str, Any]], workloads: list[dict[str, Any]] | None = No
 
 
 def _live(
-    backend: SimBackend, limiter: tuple[LimiterLine, ...] = (), mps: tuple[MpsDaemon, ...] = ()
+    backend: SimBackend, limiter: tuple[TenantSpec, ...] = (), mps: tuple[MpsDaemon, ...] = ()
 ) -> NodeLive:
     return NodeLive("n1", backend.inventory(), backend.sample(), mps, limiter, 7)
 
@@ -83,8 +85,8 @@ def test_limiter_lines_per_gpu_and_the_composed_table() -> None:
     sample = backend.sample()
     u0, u1, u2 = (g.info.uuid for g in sample.gpus)
     live_lines = (
-        LimiterLine("vision", 10 * GIB, 30.0, "fixed-share", "online"),  # every GPU
-        LimiterLine("nlp", None, 50.0, "burst-share", "offline", ("2",)),
+        TenantSpec("vision", 10 * GIB, 30.0, "fixed-share", "online"),  # every GPU
+        TenantSpec("nlp", None, 50.0, "burst-share", "offline", ("2",)),
     )
     fleet = _fleet(
         '  - select: {nodes: n1, gpus: "0"}\n'
@@ -98,7 +100,7 @@ def test_limiter_lines_per_gpu_and_the_composed_table() -> None:
     assert not node.gpus[1].actions and not node.gpus[2].actions  # not selected: left as they are
 
     assert gpu0.limiter is not None
-    table = compose_table(live, {0: list(gpu0.limiter)})
+    table = [to_json(line) for line in compose_table(live, {0: list(gpu0.limiter)})]
     assert sorted(table, key=json.dumps) == sorted(
         [
             {

@@ -1,12 +1,14 @@
-"""A GPU plan's payloads (what apply sends) are typed (plan/model.py: MigPayload, MpsPayload,
-limiter Terms), and the saved document is the JSON it always was: same keys, same values, read
-back to the same plan and written again to the same document."""
+"""A GPU plan's payloads (what apply sends) are typed (plan/model.py: MigPayload, MpsPayload; the
+limiter's lines are core/tenant_table.py's TenantSpec, the line from fleet.yaml to the node), and
+the saved document is the JSON core/codec.py writes for them: read back to the same plan and
+written again to the same document."""
 
 from __future__ import annotations
 
 import json
 
 from gpuops.core.mig.layout import MigLayout
+from gpuops.core.tenant_table import TenantSpec
 from gpuops.plan.model import MigPayload, MpsPayload, MpsTenantPayload
 from gpuops.plan.saved import parse_plan, plan_document
 from tests.unit.test_saved_plan_fuzz import DOCUMENT, PLAN, SOURCE
@@ -18,7 +20,8 @@ def test_the_payloads_are_typed() -> None:
     assert gpu0.mig.known_pids and all(isinstance(p, int) for p in gpu0.mig.known_pids)
     assert isinstance(gpu0.mps, MpsPayload) and gpu0.mps.per_instance is True
     assert gpu0.mps.tenants == (MpsTenantPayload("vision", ("alice",), 50, 1 << 30),)  # 50: the default
-    assert gpu1.limiter is not None and [t[0] for t in gpu1.limiter] == ["nlp", "vision"]
+    assert gpu1.limiter is not None and [t.name for t in gpu1.limiter] == ["nlp", "vision"]
+    assert all(isinstance(t, TenantSpec) and t.gpus == () for t in gpu1.limiter)
 
 
 def test_the_document_keeps_its_json() -> None:
@@ -38,7 +41,9 @@ def test_the_document_keeps_its_json() -> None:
     (tenant,) = gpu0["mps"]["tenants"]
     assert list(tenant) == ["name", "users", "active_thread_percentage", "pinned_memory_limit"]
     assert isinstance(tenant["users"], list)
-    assert [list(line) for line in gpu1["limiter"]] == [["name", "memory", "compute", "policy", "class"]] * 2
+    assert [list(line) for line in gpu1["limiter"]] == [
+        ["name", "memory", "compute", "policy", "class", "gpus"]
+    ] * 2
     assert gpu1["mig"] is None and gpu1["mps"] is None
 
 

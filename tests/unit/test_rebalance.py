@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpuops.core.tenant_table import TenantSpec
 from gpuops.node.backends.sim import SimBackend
 from gpuops.plan.diff import make_plan
-from gpuops.plan.live import LimiterLine, NodeLive
+from gpuops.plan.live import NodeLive
 from gpuops.spec import dump_fleet, fleet_from_data, parse_fleet
 from gpuops.spec.model import Fleet
 from gpuops.tenancy.accounting import Evidence
@@ -58,7 +59,7 @@ def test_no_moves_recarves_the_pool_and_says_so() -> None:
     ]
 
 
-def node_with(lines: tuple[LimiterLine, ...]) -> NodeLive:
+def node_with(lines: tuple[TenantSpec, ...]) -> NodeLive:
     """Node n1 (two A100s, simulated) with this limiter table."""
     backend = SimBackend(
         {
@@ -78,7 +79,7 @@ def test_a_gpu_given_back_leaves_the_pool_and_plan_clears_its_lines() -> None:
     _, pooled, _ = plan_again(fleet, Options())  # n1's two idle GPUs join the pool, carved
     assert [pooled.pool_of("n1", i) for i in range(2)] == ["shared", "shared"]
     # the node as the pool's carving left it: the borrowers' line on both GPUs
-    live = node_with((LimiterLine("*", None, None, "best-effort", "offline"),))
+    live = node_with((TenantSpec("*", None, None, "best-effort", "offline"),))
 
     proposal, back, text = plan_again(pooled, Options(moves=False, leave=(("n1", 1),)))
     assert [(r.node, r.index, r.owner, r.cleared) for r in proposal.returns] == [("n1", 1, "robotics", True)]
