@@ -22,6 +22,7 @@ from typing import Any
 
 from gpuops.core.mig.catalog import MigModel, find_model
 from gpuops.core.mig.layout import InstanceSpec, MigLayout, disrupted_processes, fingerprint, layout_of
+from gpuops.core.mig.placement import Placement, solve_keeping
 from gpuops.core.model import Gpu, GpuProcess, PartitionState
 from gpuops.core.partition_catalog import find_partition_model
 from gpuops.core.tenant_table import TenantSpec
@@ -176,9 +177,11 @@ def _words(value: Any) -> str:
 # ---- MIG -----------------------------------------------------------------------------------------
 
 
-def target_layout(desired: DesiredGpu, live: MigLayout) -> MigLayout | None:
+def target_layout(desired: DesiredGpu, live: MigLayout, gpu: Gpu | None = None) -> MigLayout | None:
     """The layout `desired.mig` asks for on this GPU; None when it cannot be placed. A mode-only
-    mig: keeps the live instances."""
+    mig: keeps the live instances. Counts (no placements) on a GPU already in MIG mode are met
+    by the layout that stops the fewest processes (`gpu` says which run where), then removes the
+    fewest live instances, of all valid layouts; explicit placements stay as asked."""
     mig = desired.mig
     assert mig is not None
     if not mig.enabled:
@@ -188,7 +191,37 @@ def target_layout(desired: DesiredGpu, live: MigLayout) -> MigLayout | None:
     solved = desired.solved_layout
     if solved is None or not solved.ok:
         return None
-    return solved.layout()
+    wanted = solved.layout()
+    if mig.placements is not None or not live.enabled or not live.instances or gpu is None:
+        return wanted
+    return _keeping(wanted, live, gpu) or wanted
+
+
+def _keeping(wanted: MigLayout, live: MigLayout, gpu: Gpu) -> MigLayout | None:
+    """`wanted`'s instances placed to keep the most of `live` (core.mig.placement.solve_keeping);
+    None where the GPU's model is not in the catalog."""
+    model = _model(gpu)
+    if model is None:
+        return None
+    split = {spec.profile_id: spec.compute for spec in wanted.instances}  # one split per profile
+    # An instance with another compute split is recreated whatever its place: not a candidate.
+    stays = [spec for spec in live.instances if split.get(spec.profile_id) == spec.compute]
+    placements = []
+    for spec in stays:
+        gi = model.find_profile(spec.profile_id)
+        if gi is None:
+            return None
+        placements.append(Placement(gi.name, gi.id, spec.start, gi.memory_slices))
+    counts: dict[str | int, int] = {}
+    for spec in wanted.instances:
+        counts[spec.profile_id] = counts.get(spec.profile_id, 0) + 1
+    processes = [len(_on_instance(gpu, spec)) for spec in stays]
+    result = solve_keeping(model, counts, placements, processes)
+    if not result.ok:
+        return None
+    return MigLayout(
+        True, tuple(InstanceSpec(p.profile_id, p.start, split[p.profile_id]) for p in result.placements)
+    ).normalized()
 
 
 def mig_actions(gpu: Gpu, old: MigLayout, new: MigLayout) -> list[Action]:
@@ -461,7 +494,7 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
                     f"{desired.mig.location}: GPU {info.index} ({info.name}) does not support MIG"
                 )
         else:
-            target = target_layout(desired, old)
+            target = target_layout(desired, old, gpu)
             if target is None:
                 reason = desired.solved_layout.reason if desired.solved_layout is not None else "no layout"
                 problems.append(f"{desired.mig.location}: GPU {info.index} ({info.name}): {reason}")

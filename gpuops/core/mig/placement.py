@@ -34,6 +34,7 @@ __all__ = [
     "driver_start",
     "slice_map",
     "solve",
+    "solve_keeping",
 ]
 
 ProfileRef = Union[str, int]
@@ -359,6 +360,46 @@ def solve(model: MigModel, wanted: Wanted, fixed: Sequence[Placement] = ()) -> P
         return _fail(_explain(order, pinned, mask0))
     placements = [_make(p, s) for p, s in pinned] + [_make(p, s) for p, s in zip(order, starts)]
     return PlacementResult(ok=True, placements=_canonical(placements), reason="")
+
+
+def solve_keeping(
+    model: MigModel, wanted: Wanted, live: Sequence[Placement], processes: Sequence[int] = ()
+) -> PlacementResult:
+    """Place `wanted` (the whole layout, as `solve` does on an empty GPU) keeping where they are
+    the live instances whose loss would stop the most processes (`processes[i]` run on
+    `live[i]`), then the most live instances, so the plan stops the fewest processes and removes
+    the fewest instances any valid layout can.
+
+    Exact: the subsets of `live` are tried best first (at most 2^7: a GPU holds at most seven
+    instances), each pinned and the rest placed by `solve`; the first that fits wins, the lowest
+    indices among equals. A live instance is only a candidate where its profile is wanted; the
+    caller leaves out those that cannot stay as they are (another compute split)."""
+    items, reason = _resolve_wanted(model, wanted)
+    if reason:
+        return _fail(reason)
+    reason = _totals_reason(model, items, {})
+    if reason:
+        return _fail(reason)
+    counts: Dict[int, int] = {}
+    for p in items:
+        counts[p.id] = counts.get(p.id, 0) + 1
+    weights = [max(0, int(n)) for n in processes] + [0] * (len(live) - len(processes))
+    candidates = [i for i, p in enumerate(live) if counts.get(p.profile_id, 0) > 0]
+    subsets = []
+    for bits in range(1 << len(candidates)):
+        chosen = tuple(candidates[j] for j in range(len(candidates)) if bits >> j & 1)
+        subsets.append((-sum(weights[i] for i in chosen), -len(chosen), chosen))
+    for _, _, chosen in sorted(subsets):
+        left = dict(counts)
+        for i in chosen:
+            left[live[i].profile_id] -= 1
+        if any(n < 0 for n in left.values()):
+            continue
+        rest: Dict[ProfileRef, int] = {pid: n for pid, n in left.items() if n}
+        result = solve(model, rest, fixed=[live[i] for i in chosen])
+        if result.ok:
+            return result
+    return solve(model, wanted)
 
 
 def check_layout(model: MigModel, placements: Sequence[Placement]) -> PlacementResult:
