@@ -253,12 +253,25 @@ def fleet_and_source(fleet_file: Path | None, prometheus: str | None) -> tuple[F
 
 
 def discover_fleet(
-    fleet_file: Path | None, as_json: bool, timeout: float, prometheus: str | None = None
+    fleet_file: Path | None,
+    as_json: bool,
+    timeout: float,
+    prometheus: str | None = None,
+    *,
+    as_status: bool = False,
 ) -> None:
+    """`discover -f`: the tables, or with --json the document. `as_status` (`status --once`):
+    what one refresh of status prints, the document on one line (JSON Lines) and, without a
+    terminal, the summary line instead of the tables."""
     fleet, url = fleet_and_source(fleet_file, prometheus)
     snapshot = run(_discover(fleet, 1.0, timeout, url, fleet_file is not None))
     if as_json:
-        typer.echo(json.dumps(snapshot_json(snapshot, fleet), indent=2))
+        document = snapshot_json(snapshot, fleet)
+        typer.echo(json.dumps(document) if as_status else json.dumps(document, indent=2))
+    elif as_status and not CliConsole().is_terminal:
+        from gpuops.cli.status_lines import summary_line
+
+        typer.echo(summary_line(snapshot))
     else:
         console = CliConsole()
         console.print(nodes_table(snapshot, console))
@@ -278,7 +291,12 @@ def register(app: typer.Typer) -> None:
             None, "-f", "--fleet", help="fleet.yaml of the nodes to watch."
         ),
         prometheus: str | None = typer.Option(None, "--prometheus", help=PROMETHEUS_HELP),
-        once: bool = typer.Option(False, "--once", help="Print one snapshot after discovery and exit."),
+        once: bool = typer.Option(
+            False,
+            "--once",
+            help="Print one refresh after discovery and exit: the tables; without a terminal the line; "
+            "with --json one JSON line.",
+        ),
         interval: str | None = typer.Option(
             None, "--interval", help="Sampling interval, e.g. 1s (default: fleet.yaml)."
         ),
@@ -300,7 +318,9 @@ def register(app: typer.Typer) -> None:
         if once:
             if count is not None:
                 fail("give either --once or --count, not both", code=2)
-            discover_fleet(fleet_file, as_json, timeout=DISCOVERY_TIMEOUT, prometheus=prometheus)
+            discover_fleet(
+                fleet_file, as_json, timeout=DISCOVERY_TIMEOUT, prometheus=prometheus, as_status=True
+            )
             return
         with contextlib.suppress(KeyboardInterrupt):
             watch(fleet, every, count, url, fleet_file is not None, as_json)
