@@ -92,7 +92,8 @@ def live_samples(spec: dict[str, Any], start: float, count: int, interval: float
 
 def fold_cost(samples: Sequence[Any], reps: int) -> dict[str, float]:
     """CPU microseconds per sample: Rollup.add and Recorder.add (no write), medians of `reps`."""
-    from gpuops.node.history import Recorder, Rollup
+    from gpuops.node.history.recorder import Recorder
+    from gpuops.node.history.rollup import Rollup
 
     rollup_us, recorder_us = [], []
     for _ in range(reps):
@@ -119,7 +120,7 @@ def past_rollup(spec: dict[str, Any], since: float, until: float, step: float = 
     """Hour buckets of [since, until) from the node's model evaluated every `step`, as the sim
     fleet's backfill builds them (power and temperature left out, as there)."""
     from gpuops.fleet.simfleet.history import _PastBackend
-    from gpuops.node.history import Rollup
+    from gpuops.node.history.rollup import Rollup
 
     clock = _Clock(since)
     past = _PastBackend(spec=spec, clock=clock)
@@ -134,7 +135,7 @@ def past_rollup(spec: dict[str, Any], since: float, until: float, step: float = 
 
 
 def write_past(directory: str, buckets: Sequence[Any], now: float) -> None:
-    from gpuops.node.history import Recorder
+    from gpuops.node.history.recorder import Recorder
 
     recorder = Recorder(directory, interval=INTERVAL, clock=lambda: now, durable=False, lock=False)
     recorder.merge(buckets)
@@ -172,7 +173,8 @@ def filesystem(path: str) -> str:
 def write_cost(spec: dict[str, Any], day: float, live_minutes: int, reps: int) -> dict[str, Any]:
     """The recorder's periodic write at 23:50 UTC: the day's hour file (hours before the live
     window from the simulated past) and minutes.json (`live_minutes` of 10 s samples)."""
-    from gpuops.node.history import MINUTES_FILE, Recorder, day_of, hours_file
+    from gpuops.node.history.files import MINUTES_FILE, day_of, hours_file
+    from gpuops.node.history.recorder import Recorder
 
     live_from = day + DAY - 600.0 - live_minutes * 60.0
     samples = live_samples(spec, live_from, live_minutes * 6 + 2 * reps)
@@ -214,7 +216,7 @@ def reply_cost(directory: str, now: float, days: float, reps: int) -> dict[str, 
     from gpuops.core import protocol as proto
     from gpuops.core.history import history_from_json, history_to_json
     from gpuops.fleet.agent_client import _loads  # the parser AgentClient uses (orjson)
-    from gpuops.node.history import read_history
+    from gpuops.node.history.reader import read_history
 
     read_s, parse_s, decode_s = [], [], []
     line = b""

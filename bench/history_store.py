@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/history_store.py [--reps 7] [--no-write]
 
-A prototype of the same store in SQLite, measured against `gpuops/node/history.py` on the same
+A prototype of the same store in SQLite, measured against `gpuops/node/history/` on the same
 data in the same run: sim-vision-01 of the `silos` scenario (8 x A100, training on every card),
 30 days of hour buckets (the simulated past) and the minutes of live 10 s samples.
 
@@ -141,7 +141,7 @@ def _mm(values: Sequence[float]) -> tuple[float, float]:
 def write_costs(spec: dict[str, Any], day: float, reps: int, past: Sequence[Any]) -> dict[str, Any]:
     """The per-minute write at 23:50 UTC: the recorder's files vs one SQLite transaction, both
     fed the same samples; with and without fsync, alternating so both see the same disk."""
-    from gpuops.node.history import Recorder
+    from gpuops.node.history.recorder import Recorder
 
     live_from = day + DAY - 600.0 - 120 * 60.0
     samples = live_samples(spec, live_from, 120 * 6 + 4 * reps)
@@ -200,7 +200,7 @@ def read_costs(directory: str, store: SqliteStore, now: float, reps: int) -> dic
     """The agent's `history` reply line for 7 days of hours and 2 hours of minutes, both ways."""
     from gpuops.core import protocol as proto
     from gpuops.core.history import history_to_json
-    from gpuops.node.history import read_history
+    from gpuops.node.history.reader import read_history
 
     def files(resolution: str, span: float) -> Callable[[], bytes]:
         return lambda: proto.reply(
@@ -233,7 +233,8 @@ def retention(directory: str, store: SqliteStore, now: float, reps: int) -> dict
     """Dropping the oldest day of hours: the recorder's prune (unlink the day file) vs DELETE."""
     import shutil
 
-    from gpuops.node.history import Recorder, day_of, hours_file
+    from gpuops.node.history.files import day_of, hours_file
+    from gpuops.node.history.recorder import Recorder
 
     oldest = min(n for n in os.listdir(directory) if n.startswith("hours-"))
     files, sql = [], []
@@ -277,7 +278,7 @@ def robustness(directory: str, db_path: str, now: float) -> list[tuple[str, str,
     """What the 7-day hourly reply still has after damage: (damage, files, sqlite)."""
     import shutil
 
-    from gpuops.node.history import read_history
+    from gpuops.node.history.reader import read_history
 
     results = []
     page = 4096
@@ -445,7 +446,7 @@ def measure(reps: int) -> dict[str, Any]:
         r["hour_buckets"] = len(hours)
         write_past(directory, hours, now)
         # 120 minutes of live samples into both, through the same recorder.
-        from gpuops.node.history import Recorder
+        from gpuops.node.history.recorder import Recorder
 
         samples = live_samples(node.spec, now - 120 * 60.0, 120 * 6)
         clock = _Clock(samples[0].timestamp)
@@ -458,7 +459,7 @@ def measure(reps: int) -> dict[str, Any]:
         minutes = recorder.buckets("minute")
         recorder.close()
         # The database gets exactly what the files hold (the past merged with the live hours).
-        from gpuops.node.history import read_file
+        from gpuops.node.history.files import read_file
 
         stored = [
             b

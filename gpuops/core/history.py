@@ -1,6 +1,6 @@
 """Accounting over time: the node's bounded minute and hour rollups, and their JSON form.
 
-Shared by the node (which records them, gpuops/node/history.py) and the operator (which reads
+Shared by the node (which records them, gpuops/node/history/) and the operator (which reads
 them with the agent's `history` request). Pure: frozen dataclasses and functions, valid Python
 3.8, standard library only. The format is described in docs/history.md.
 

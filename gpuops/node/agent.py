@@ -595,7 +595,8 @@ class Agent:
         """Minute or hour buckets recorded on this node (node/history.py), bounded in size."""
         import time
 
-        from gpuops.node.history import bucket_text, read_history
+        from gpuops.node.history.files import bucket_text
+        from gpuops.node.history.reader import read_history
 
         resolution, since, until = proto.history_args(request.args)
         if until is None:

@@ -230,7 +230,7 @@ class _Service:
 
 def _recorder(history_dir: str, state_dir: str, interval: float) -> Any:
     """(Recorder, "") or (None, why not), as `agent --record` opens it."""
-    from gpuops.node.history import Recorder, RecorderBusy
+    from gpuops.node.history.recorder import Recorder, RecorderBusy
 
     try:
         return Recorder(history_dir, interval=interval), ""

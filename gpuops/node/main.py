@@ -205,7 +205,7 @@ def record(
     limiter_dir: Optional[str] = None,
 ) -> int:
     """Service mode (`agent --record`): keep history until SIGTERM; returns the exit code."""
-    from gpuops.node.history import run_recorder
+    from gpuops.node.history.service import run_recorder
 
     if history_dir is None:
         if state_dir is None:

@@ -2,7 +2,7 @@
 
 History (gpuops/core/history.py) keeps per GPU and sample only what `gpu_shares` makes of it:
 how busy the GPU is, the memory it uses and each key's share, integrated over time into hour
-and minute buckets (`Rollup`, gpuops/node/history.py). The sim fleet gives every node a week of
+and minute buckets (`Rollup`, node/history/rollup.py). The sim fleet gives every node a week of
 past (gpuops/fleet/simfleet/history.py): about 870 evaluations of every GPU. Building a whole
 `NodeSample` for each (processes, MIG instance samples, clocks), reading it back through
 `gpu_shares` and adding it to the buckets through objects made for one sample at a time was
@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from gpuops.core.history import HOUR, MAX_KEYS, MINUTE, Key, gpu_shares, instance_fraction
 from gpuops.core.model import Gpu, GpuInfo
 from gpuops.node.backends.sim import SimBackend, _Workload
-from gpuops.node.history import Rollup, _BucketAcc, _dt, _GpuAcc, _KeyAcc, _pieces
+from gpuops.node.history.rollup import Rollup, _BucketAcc, _dt, _GpuAcc, _KeyAcc, _pieces
 from gpuops.node.sim import workloads as wl
 from gpuops.node.sim.device import SimDevice
 

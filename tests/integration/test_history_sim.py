@@ -151,7 +151,7 @@ def test_the_past_follows_the_spec_and_big_fleets_fill_it_on_demand(tmp_path: Pa
     from gpuops.fleet.simfleet import build_fleet
     from gpuops.fleet.simfleet.history import SimHistory
     from gpuops.node.backends.sim import SimBackend
-    from gpuops.node.history import read_history
+    from gpuops.node.history.reader import read_history
 
     epoch = float(int(time.time()))
     plan = build_fleet("silos", 3, 0, epoch=epoch, utc_offset="+00:00")
@@ -206,7 +206,7 @@ def test_a_100_node_fleet_builds_every_past_from_the_start_while_its_loop_answer
     from gpuops.fleet.simfleet import build_fleet
     from gpuops.fleet.simfleet.history import SimHistory
     from gpuops.node.backends.sim import SimBackend
-    from gpuops.node.history import read_history
+    from gpuops.node.history.reader import read_history
 
     plan = build_fleet("large", 100, epoch=float(int(time.time())))
     backends = [(n.name, SimBackend(spec=n.spec), n.spec) for n in plan.nodes]

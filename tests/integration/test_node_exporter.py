@@ -313,7 +313,7 @@ def test_the_exporter_answers_only_what_it_serves(tmp_path: Path) -> None:
 
 
 def test_record_and_metrics_share_one_sampling_loop(tmp_path: Path) -> None:
-    from gpuops.node.history import read_history
+    from gpuops.node.history.reader import read_history
 
     history = tmp_path / "history"
     args = ["--backend", "sim", "--sim-spec", str(demo_spec(tmp_path)), "--interval", "0.2", *_dirs(tmp_path)]

@@ -1,4 +1,4 @@
-"""The node's history (gpuops/node/history.py): recorder figures worked out by hand, bounds,
+"""The node's history (gpuops/node/history/): recorder figures worked out by hand, bounds,
 files that are garbage, retention, a recorder killed mid-run, the service mode and the agent's
 `history` request."""
 
@@ -30,15 +30,9 @@ from gpuops.core.model import (
     NotAvailable,
 )
 from gpuops.node.agent import Agent
-from gpuops.node.history import (
-    MINUTES_FILE,
-    Recorder,
-    bucket_text,
-    day_of,
-    hours_file,
-    read_file,
-    read_history,
-)
+from gpuops.node.history.files import MINUTES_FILE, bucket_text, day_of, hours_file, read_file
+from gpuops.node.history.reader import read_history
+from gpuops.node.history.recorder import Recorder
 from tests.agent_helpers import REPO
 
 GIB = 1 << 30
@@ -255,7 +249,7 @@ def test_the_oldest_day_is_read_once_until_it_changes(
 ) -> None:
     """`oldest` is in every reply; a long-lived agent reads the oldest day file for it once, and
     again only when that file changes or goes."""
-    import gpuops.node.history as node_history
+    import gpuops.node.history.reader as node_reader
 
     clock = Clock(T0 - 3 * 86400)
     rec = Recorder(str(tmp_path), interval=1800, clock=clock, durable=False, flush_every=86400)
@@ -267,13 +261,13 @@ def test_the_oldest_day_is_read_once_until_it_changes(
     rec.close()
     days = sorted(tmp_path.glob("hours-*.json"))
     reads: list[str] = []
-    real = node_history._read_file
+    real = node_reader.read_buckets
 
     def counted(path: str, resolution: str) -> Any:
         reads.append(os.path.basename(path))
         return real(path, resolution)
 
-    monkeypatch.setattr(node_history, "_read_file", counted)
+    monkeypatch.setattr(node_reader, "read_buckets", counted)
     window = (T0 - 3600, T0 + 1)  # the last hour: only the newest day file overlaps it
     first = read_history(str(tmp_path), "hour", *window, now=T0)
     assert first.oldest == T0 - 3 * 86400 and days[0].name in reads
@@ -302,7 +296,7 @@ def test_the_reply_is_bounded_newest_first(tmp_path: Path) -> None:
 _KILLED = r"""
 import sys, time
 from gpuops.node.backends.sim import SimBackend
-from gpuops.node.history import Recorder
+from gpuops.node.history.recorder import Recorder
 t = [float(sys.argv[2])]
 backend = SimBackend("mixed-node", clock=lambda: t[0])
 rec = Recorder(sys.argv[1], interval=10.0, flush_every=60.0, clock=lambda: t[0])

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from gpuops.core import protocol as proto
 from gpuops.core.history import history_from_json
-from gpuops.node.history import DAY, Recorder, day_of, day_start, hours_file
+from gpuops.node.history.files import DAY, day_of, day_start, hours_file
+from gpuops.node.history.recorder import Recorder
 from tests.node.test_history import _node
 
 

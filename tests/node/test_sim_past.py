@@ -15,7 +15,10 @@ import pytest
 from gpuops.core.history import bucket_to_json
 from gpuops.fleet.simfleet.history import past_buckets, past_packed
 from gpuops.fleet.simfleet.scenarios import build_fleet
-from gpuops.node.history import Packed, Recorder, _dumps, read_history
+from gpuops.node.history.files import dumps
+from gpuops.node.history.reader import read_history
+from gpuops.node.history.recorder import Recorder
+from gpuops.node.history.rollup import Packed
 from gpuops.node.sim import workloads as wl
 
 EPOCH = 1_772_409_600.0  # 2026-03-02 00:00 UTC, a Monday
@@ -83,7 +86,7 @@ def test_the_computed_past_is_the_sampled_one(name: str, spec: dict[str, Any]) -
     assert past_buckets(spec, *args) == sampled
     packed = past_packed(spec, *args)
     assert [(p.start, p.span) for p in packed] == [(b.start, b.span) for b in sampled]
-    assert [p.json() for p in packed] == [_dumps(bucket_to_json(b)) for b in sampled]
+    assert [p.json() for p in packed] == [dumps(bucket_to_json(b)) for b in sampled]
 
 
 def test_the_fleets_shapes_are_all_there() -> None:
@@ -98,7 +101,7 @@ def test_odd_nodes_are_the_sampled_ones_too() -> None:
     args = _args(3.0)
     sampled = past_buckets(_odd_node(), *args, sampled=True)
     assert past_buckets(_odd_node(), *args) == sampled
-    assert [p.json() for p in past_packed(_odd_node(), *args)] == [_dumps(bucket_to_json(b)) for b in sampled]
+    assert [p.json() for p in past_packed(_odd_node(), *args)] == [dumps(bucket_to_json(b)) for b in sampled]
 
 
 def test_mig_slices_with_gpm_count_held_time_by_their_utilization() -> None:

@@ -54,7 +54,9 @@ from gpuops.core.history import MINUTE, Bucket
 from gpuops.core.model import NodeSample
 from gpuops.node.backends.base import Backend, BackendError, BackendUnavailable
 from gpuops.node.backends.sim import SimBackend
-from gpuops.node.history import DEFAULT_INTERVAL, KEEP_MINUTES, Packed, Recorder, Rollup
+from gpuops.node.history.files import KEEP_MINUTES
+from gpuops.node.history.recorder import DEFAULT_INTERVAL, Recorder
+from gpuops.node.history.rollup import Packed, Rollup
 from gpuops.node.sim_past import past_rollup
 
 log = logging.getLogger("gpuops.simfleet")
