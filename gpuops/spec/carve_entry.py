@@ -99,8 +99,35 @@ def profile_hint(name: str) -> str:
         return f"compute-instance splits go under compute: ({ci.group(2)}: [{ci.group(1)}c, ...])"
     if name.isdigit():
         return "write the profile name (e.g. 3g.40gb): profile ids differ between models"
+    sized = "" if name.lower() in PROFILE_MODELS else _nearest_sizes(name.lower())
+    if sized:
+        return sized
     guess = closest(name, list(PROFILE_MODELS)) or closest(name.lower(), list(PROFILE_MODELS))
     return guess or "gpuops mig profiles MODEL lists a model's profiles"
+
+
+def _nearest_sizes(name: str) -> str:
+    """For a well-formed name the catalog lacks (1g.11gb): the profiles of the same compute size
+    and attributes nearest in memory, with the models that have them; '' when none. Spelling
+    distance would offer 1g.18gb (an H200's) for 1g.11gb, where 1g.10gb and 1g.12gb are meant."""
+    match = PROFILE_RE.match(name)
+    if match is None:
+        return ""
+    asked = (match.group(1), name[match.end(2) + 2 :])  # compute slices, attributes (+me, ...)
+    gaps: dict[str, int] = {}
+    for known in PROFILE_MODELS:
+        other = PROFILE_RE.match(known)
+        if other and (other.group(1), known[other.end(2) + 2 :]) == asked:
+            gaps[known] = abs(int(other.group(2)) - int(match.group(2)))
+    if not gaps:
+        return ""
+    best = sorted(k for k, gap in gaps.items() if gap == min(gaps.values()))
+    return "did you mean " + " or ".join(f"{k!r} ({_models_of(k)})" for k in best) + "?"
+
+
+def _models_of(profile: str) -> str:
+    models = PROFILE_MODELS[profile]
+    return ", ".join(models[:3]) + (", ..." if len(models) > 3 else "")
 
 
 def check_profile_name(value: Any) -> str:

@@ -186,6 +186,15 @@ CASES: list[tuple[str, str, str | list[str]]] = [
         "f.yaml:10:37: carve[0].mig.profiles[\"19\"]: unknown MIG profile '19'; write the profile name (e.g. 3g.40gb): profile ids differ between models",
     ),
     (
+        # Issue 28: spelling distance offered an H200's 1g.18gb; the nearest sizes of a 1g are meant.
+        "a profile size no model has",
+        """\
+        - select: {nodes: gpu-a-01}
+          mig: {enabled: true, profiles: {1g.11gb: 7}}
+        """,
+        "f.yaml:10:37: carve[0].mig.profiles[\"1g.11gb\"]: unknown MIG profile '1g.11gb'; did you mean '1g.10gb' (A100-SXM4-40GB, A100-80GB, H100-80GB, ...) or '1g.12gb' (H100-NVL-94GB, H100-96GB, GH200-96GB, ...)?",
+    ),
+    (
         "a profile in capitals",
         """\
         - select: {nodes: gpu-a-01}
