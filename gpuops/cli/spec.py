@@ -189,6 +189,7 @@ def import_mig_parted(
     except OSError as exc:
         _say(printable(f"{output}: cannot write: {exc.strerror or exc}"), err=True)
         raise typer.Exit(1) from None
+    _say(printable(f"wrote label {results[0].label}'s carve: entries to {output}"), err=True)
 
 
 def _write_all(results: list[Imported], source: str, folder: Path | None) -> None:
@@ -208,3 +209,4 @@ def _write_all(results: list[Imported], source: str, folder: Path | None) -> Non
     except OSError as exc:
         _say(printable(f"{folder}: cannot write: {exc.strerror or exc}"), err=True)
         raise typer.Exit(1) from None
+    _say(printable(f"wrote {len(results)} labels' carve: entries to {folder}/LABEL.yaml"), err=True)

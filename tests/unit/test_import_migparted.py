@@ -501,7 +501,9 @@ def test_cli_prints_the_carve_section(tmp_path: Path) -> None:
     assert r.stderr == ""
     out = tmp_path / "carve.yaml"
     r = run("import", "mig-parted", str(config), "--selected-config", "custom-config", "-o", str(out))
-    assert r.exit_code == 0 and r.stdout == "" and r.stderr == ""
+    # -o says what it wrote, on stderr (issue 28: it said nothing).
+    assert r.exit_code == 0 and r.stdout == ""
+    assert r.stderr == f"wrote label custom-config's carve: entries to {out}\n"
     assert "profiles: {1g.5gb: 7}" in out.read_text()
 
 

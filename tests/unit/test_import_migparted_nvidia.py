@@ -80,6 +80,7 @@ def test_all_labels_at_once(path: Path, tmp_path: Path) -> None:
     out = tmp_path / "carve"
     r = run("import", "mig-parted", str(path), "--all", "-o", str(out))
     assert r.exit_code == 0 and r.stdout == ""
+    assert f"wrote {len(labels)} labels' carve: entries to {out}/LABEL.yaml" in r.stderr
     assert sorted(p.stem for p in out.iterdir()) == sorted(labels)
 
 
