@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from bench.benchdoc import write_section
-from gpuops.fleet.simfleet import launch, stop
+from gpuops.simfleet import launch, stop
 
 CARVE = """\
 carve:

@@ -386,9 +386,9 @@ def messages(events: int) -> List[Dict[str, Any]]:
     """Per node of each `large` profile: its inventory and sample reply lines and a watch
     stream of `events` lines (the first a full sample, then rows), as the agent sends them."""
     from gpuops.core.codec import to_json
-    from gpuops.fleet.simfleet.scenarios import PROFILES, build_fleet
     from gpuops.node.agent import Agent
     from gpuops.node.backends.sim import SimBackend
+    from gpuops.simfleet.scenarios import PROFILES, build_fleet
 
     epoch = float(int(time.time()))
     plan = build_fleet("large", 100, epoch=epoch)
@@ -652,7 +652,7 @@ async def _operator(fleet_file: str, steady: float, instrument: bool) -> Dict[st
 
 
 def fleet(nodes: int, steady: float) -> Dict[str, Any]:
-    from gpuops.fleet.simfleet import launch, stop
+    from gpuops.simfleet import launch, stop
 
     results: Dict[str, Any] = {"nodes": nodes}
     with tempfile.TemporaryDirectory(prefix="gpuops-bench-") as tmp:

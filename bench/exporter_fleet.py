@@ -63,7 +63,7 @@ def _rss_mb(pid: int) -> float:
 
 
 def measure(nodes: int, scrapes: int) -> dict[str, Any]:
-    from gpuops.fleet.simfleet import launch, stop
+    from gpuops.simfleet import launch, stop
 
     with tempfile.TemporaryDirectory(prefix="gpuops-bench-exporter-") as tmp:
         directory = Path(tmp) / "sim"

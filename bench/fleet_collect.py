@@ -129,7 +129,7 @@ async def _naive(conns: list[Any], steady: float, decode: bool) -> tuple[float, 
 
 
 def run_size(nodes: int, steady: float) -> dict[str, float]:
-    from gpuops.fleet.simfleet import launch, stop
+    from gpuops.simfleet import launch, stop
 
     with tempfile.TemporaryDirectory(prefix="gpuops-bench-") as tmp:
         directory = Path(tmp) / "sim"
@@ -222,7 +222,7 @@ def main() -> None:
         "target. *naive + decode*: the same with each reply parsed (with gpuops' parser) and decoded",
         "into a NodeSample, as gpuops delivers it (for reference, not the target's baseline). The",
         "simulated servers put on the wire what sshd does (one packet per sample; asyncssh's own",
-        "server adds an SSH_MSG_IGNORE before every packet, `gpuops/fleet/simfleet/server.py`).",
+        "server adds an SSH_MSG_IGNORE before every packet, `gpuops/simfleet/server.py`).",
         "",
         "Where gpuops' time went per node-sample before the watches were aligned (thread CPU time):",
         "at 1000 nodes, parsing the JSON line about 0.006 ms, rebuilding the sample from the rows",

@@ -88,7 +88,7 @@ Runs = dict[str, list[dict[str, Any]]]
 
 
 def run_size(nodes: int, reps: int, trees: dict[str, Path], timeout: float) -> Runs:
-    from gpuops.fleet.simfleet import launch, stop
+    from gpuops.simfleet import launch, stop
 
     runs: Runs = {label: [] for label in trees}
     with tempfile.TemporaryDirectory(prefix="gpuops-bench-") as tmp:

@@ -69,7 +69,7 @@ def _median(values: Sequence[float]) -> float:
 
 def find_node(scenario: str, nodes: int | None, pick: Callable[[Any], bool], epoch: float) -> Any:
     """Of the nodes `pick` accepts, the first with the most GPUs."""
-    from gpuops.fleet.simfleet.scenarios import build_fleet
+    from gpuops.simfleet.scenarios import build_fleet
 
     plan = build_fleet(scenario, nodes, epoch=epoch)
     return max((n for n in plan.nodes if pick(n)), key=lambda n: n.gpu_count)
@@ -119,8 +119,8 @@ def fold_cost(samples: Sequence[Any], reps: int) -> dict[str, float]:
 def past_rollup(spec: dict[str, Any], since: float, until: float, step: float = PAST_STEP) -> list[Any]:
     """Hour buckets of [since, until) from the node's model evaluated every `step`, as the sim
     fleet's backfill builds them (power and temperature left out, as there)."""
-    from gpuops.fleet.simfleet.history import _PastBackend
     from gpuops.node.history.rollup import Rollup
+    from gpuops.simfleet.history import _PastBackend
 
     clock = _Clock(since)
     past = _PastBackend(spec=spec, clock=clock)
@@ -250,8 +250,8 @@ def reply_for(spec: dict[str, Any], now: float, days: float, reps: int) -> dict[
 
 def backfill(nodes: Sequence[Any], days: float) -> list[dict[str, Any]]:
     """Each node's simulated past, one after the other, as the sim fleet builds it on demand."""
-    from gpuops.fleet.simfleet.history import SimHistory
     from gpuops.node.backends.sim import SimBackend
+    from gpuops.simfleet.history import SimHistory
 
     out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gpuops-bench-") as tmp:
@@ -306,7 +306,7 @@ def end_to_end(
     """Start a sim fleet, run each command once at once (pasts not built yet, or being built) and
     then `reps` times more, then (`phases`) once in this process with its phases timed; stop the
     fleet."""
-    from gpuops.fleet.simfleet import launch, stop
+    from gpuops.simfleet import launch, stop
 
     result: dict[str, Any] = {"scenario": scenario}
     with tempfile.TemporaryDirectory(prefix="gpuops-bench-") as tmp:
@@ -536,7 +536,7 @@ def measure(
     r["replies"] = replies
     progress(f"replies: {json.dumps(replies)}")
 
-    from gpuops.fleet.simfleet.scenarios import PROFILES, build_fleet
+    from gpuops.simfleet.scenarios import PROFILES, build_fleet
 
     epoch = float(int(time.time()))
     silos = build_fleet("silos", epoch=epoch).nodes

@@ -40,7 +40,7 @@ def gpuops(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]
 
 
 def demand(directory: Path) -> dict[str, Any]:
-    from gpuops.fleet.simfleet.demand import read_demand
+    from gpuops.simfleet.demand import read_demand
 
     doc = read_demand(directory)
     if doc is None:
@@ -187,7 +187,7 @@ def main() -> int:
     parser.add_argument("--before", type=float, default=60.0, help="seconds of silos before the rebalance")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md")
     args = parser.parse_args()
-    from gpuops.fleet.simfleet import launch, stop
+    from gpuops.simfleet import launch, stop
 
     with tempfile.TemporaryDirectory(prefix="gpuops-bench-") as tmp:
         directory = Path(tmp) / "sim"

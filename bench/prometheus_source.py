@@ -265,7 +265,7 @@ def _tenants(fleet: Path, window: str, url: str | None) -> dict[str, Any]:
 
 
 def measure(nodes: int, steady: float, updates: int, window: str, tenants_ssh: bool) -> dict[str, Any]:
-    from gpuops.fleet.simfleet import launch, stop
+    from gpuops.simfleet import launch, stop
 
     with tempfile.TemporaryDirectory(prefix="gpuops-bench-promsrc-") as tmp:
         directory = Path(tmp) / "sim"

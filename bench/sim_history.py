@@ -65,7 +65,7 @@ def _measure(nodes: int) -> dict[str, Any]:
     """In the measured tree's process: start a fleet, call tenants twice right away, stop it;
     then start another, wait until its simulated pasts are built, call twice again."""
     import gpuops
-    from gpuops.fleet.simfleet import launch, stop
+    from gpuops.simfleet import launch, stop
 
     result: dict[str, Any] = {"nodes": nodes, "gpuops": str(Path(gpuops.__file__).resolve().parent.parent)}
     for mode in ("cold", "history"):

@@ -53,7 +53,7 @@ def _rss_mb() -> float:
 
 def _nodes_for(gpus: int) -> int:
     """The smallest node count of the `large` scenario with at least `gpus` GPUs."""
-    from gpuops.fleet.simfleet import build_fleet
+    from gpuops.simfleet import build_fleet
 
     for nodes in range(max(1, gpus // 8), gpus // 4 + 2):
         if sum(n.gpu_count for n in build_fleet("large", nodes, 0, EPOCH).nodes) >= gpus:
@@ -62,8 +62,7 @@ def _nodes_for(gpus: int) -> int:
 
 
 async def _measure(gpus: int, updates: int) -> dict[str, Any]:
-    from gpuops.fleet.simsource import SimSource
-    from gpuops.tenancy.ownership import Ownership
+    from gpuops.simfleet.source import SimSource
     from gpuops.tui.app import GpuopsApp
     from gpuops.views.feed import Feed
 
@@ -71,7 +70,7 @@ async def _measure(gpus: int, updates: int) -> dict[str, Any]:
     source = SimSource.scenario("large", _nodes_for(gpus), epoch=EPOCH - 86400, clock=lambda: clock[0])
     source.sample()
     nodes_rss = _rss_mb()
-    feed = Feed(source, Ownership.from_sim_plan(source.plan), lambda: clock[0], period=3600.0)
+    feed = Feed(source, source.ownership(), lambda: clock[0], period=3600.0)
     app = GpuopsApp(feed, tune_gc=True)  # as `gpuops tui` runs it
     result: dict[str, Any] = {
         "gpus": source.gpu_count,

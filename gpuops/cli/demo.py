@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         """Start a simulated fleet on loopback and watch it live (q quits and stops the fleet)."""
         from gpuops.cli.fleet import load_or_fail, watch
         from gpuops.cli.tui import fleet_source, run_tui
-        from gpuops.fleet.simfleet import ScenarioError, SimFleetError, launch, stop
+        from gpuops.simfleet import ScenarioError, SimFleetError, launch, stop
 
         if interval < 0.1:
             fail("--interval must be at least 0.1 seconds", code=2)

@@ -38,14 +38,14 @@ def register(app: typer.Typer) -> None:
 
 
 def _dir(directory: Path | None) -> Path:
-    from gpuops.fleet.simfleet import default_dir
+    from gpuops.simfleet import default_dir
 
     return (directory if directory is not None else default_dir()).expanduser().absolute()
 
 
 def _dir_flag(directory: Path) -> str:
     """` --dir DIR` when DIR is not the default, for the commands we suggest."""
-    from gpuops.fleet.simfleet import default_dir
+    from gpuops.simfleet import default_dir
 
     return "" if directory == default_dir().absolute() else f" --dir {shlex.quote(str(directory))}"
 
@@ -145,7 +145,7 @@ def up(
     ),
 ) -> None:
     """Start a simulated fleet in the background and write fleet.yaml for it."""
-    from gpuops.fleet.simfleet import ScenarioError, SimFleetError, launch
+    from gpuops.simfleet import ScenarioError, SimFleetError, launch
 
     where = _dir(directory)
     if not 0 <= base_port <= 65535:
@@ -191,7 +191,7 @@ def down(
     timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait after SIGTERM before SIGKILL."),
 ) -> None:
     """Stop the simulated fleet (nothing to do if none runs)."""
-    from gpuops.fleet.simfleet import SimFleetError, stop
+    from gpuops.simfleet import SimFleetError, stop
 
     try:
         typer.echo(stop(_dir(directory), timeout=timeout))
@@ -209,7 +209,7 @@ def status(
     ),
 ) -> None:
     """Whether a simulated fleet runs, and what it serves (exit 1 when none runs)."""
-    from gpuops.fleet.simfleet import read_state, running_pid
+    from gpuops.simfleet import read_state, running_pid
 
     where = _dir(directory)
     pid = running_pid(where)
@@ -294,8 +294,8 @@ def event(
 ) -> None:
     """Make a simulated node's GPU report a health event, as NVML's event set would: the node's
     next sample carries it (gpuops_xid_errors_total, the TUI's :events screen)."""
-    from gpuops.fleet.simfleet import read_state, running_pid
-    from gpuops.fleet.simfleet.faults import event_problem, inject_event
+    from gpuops.simfleet import read_state, running_pid
+    from gpuops.simfleet.faults import event_problem, inject_event
 
     where = _dir(directory)
     state = read_state(where) if running_pid(where) else None
@@ -324,8 +324,8 @@ def queue(
     import json
     import time
 
-    from gpuops.fleet.simfleet import running_pid
-    from gpuops.fleet.simfleet.demand import read_demand
+    from gpuops.simfleet import running_pid
+    from gpuops.simfleet.demand import read_demand
 
     where = _dir(directory)
     doc = read_demand(where)

@@ -3,7 +3,7 @@
 History (gpuops/core/history.py) keeps per GPU and sample only what `gpu_shares` makes of it:
 how busy the GPU is, the memory it uses and each key's share, integrated over time into hour
 and minute buckets (`Rollup`, node/history/rollup.py). The sim fleet gives every node a week of
-past (gpuops/fleet/simfleet/history.py): about 870 evaluations of every GPU. Building a whole
+past (gpuops/simfleet/history.py): about 870 evaluations of every GPU. Building a whole
 `NodeSample` for each (processes, MIG instance samples, clocks), reading it back through
 `gpu_shares` and adding it to the buckets through objects made for one sample at a time was
 most of what a 100-node sim fleet spent before its first `gpuops tenants` (issue 22).

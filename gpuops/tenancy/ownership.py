@@ -17,7 +17,6 @@ from gpuops.tenancy.attribution import AttributionChain, AttributionContext, def
 from gpuops.tenancy.builtin import GroupAttributor, LimiterAttributor, OwnerAttributor, UserAttributor
 
 if TYPE_CHECKING:  # annotations only: the collector (and SSH) load with the live views
-    from gpuops.fleet.simfleet import SimFleetPlan
     from gpuops.fleet.source import NodeView
     from gpuops.spec import Fleet
 
@@ -69,15 +68,6 @@ class Ownership:
         options = fleet.attribution
         chain = AttributionChain.from_config(options.order, options.settings)
         return cls(tuple(sorted(fleet.teams)), gpu_owner, team_of_user, fleet.team_of_group, chain, fleet)
-
-    @classmethod
-    def from_sim_plan(cls, plan: SimFleetPlan) -> Ownership:
-        """Owners and teams as a simulated fleet's fleet.yaml would give them (the simulated
-        source of tests and benchmarks: `gpuops.fleet.simsource`)."""
-        owners = {n.name: n.owner for n in plan.nodes}
-        users = {u: team for team, members in plan.teams.items() for u in members}
-        teams = tuple(sorted(plan.teams))
-        return cls(teams, lambda node, index: owners.get(node), users.get)
 
     def owner(self, view: NodeView, gpu: Gpu) -> str | None:
         if self.gpu_owner_of is not None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.fleet.simfleet import launch, running_pid, stop
+from gpuops.simfleet import launch, running_pid, stop
 from tests.agent_helpers import REPO
 
 PIPE_CAPACITY = 65536  # Linux's default: output beyond it waits for the reader

@@ -5,7 +5,7 @@ at a time, and only when samples come: the agents sample at the same instants (a
 watches), so the loop pauses about once per interval, not once per window. `coalesce=0` turns
 it off: samples arrive as they come.
 
-A real simulated fleet on loopback (`gpuops.fleet.simfleet`), reached over SSH.
+A real simulated fleet on loopback (`gpuops.simfleet`), reached over SSH.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from gpuops.fleet.collector import PAUSE_SHARE, Collector
-from gpuops.fleet.simfleet import Launched, launch, stop
 from gpuops.fleet.source import LIVE
 from gpuops.fleet.targets import node_targets
+from gpuops.simfleet import Launched, launch, stop
 from gpuops.spec import load_fleet
 
 NODES = 12

@@ -3,7 +3,7 @@ every node to answer once (a sample, or a failed first attempt) by counting the 
 unanswered, not by checking every node each time one changes (29% of a 4000-node discovery's
 CPU went to that check, issue 22).
 
-A real simulated fleet on loopback (`gpuops.fleet.simfleet`), reached over SSH; the collector's
+A real simulated fleet on loopback (`gpuops.simfleet`), reached over SSH; the collector's
 node table counts how often it is walked.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from gpuops.fleet.collector import Collector
-from gpuops.fleet.simfleet import launch, stop
 from gpuops.fleet.source import LIVE, UNREACHABLE
 from gpuops.fleet.targets import node_targets
+from gpuops.simfleet import launch, stop
 from gpuops.spec import load_fleet
 
 NODES = 16

@@ -38,9 +38,7 @@ def _fleet_of(demo: int, deadline_s: float) -> tuple[int, Path]:
     """The demo's fleet process (its child running simfleet serve) and its --dir, once started."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        found = subprocess.run(
-            ["pgrep", "-P", str(demo), "-f", "gpuops.fleet.simfleet serve"], capture_output=True
-        )
+        found = subprocess.run(["pgrep", "-P", str(demo), "-f", "gpuops.simfleet serve"], capture_output=True)
         for pid in found.stdout.split():
             argv = Path(f"/proc/{int(pid)}/cmdline").read_bytes().split(b"\0")
             return int(pid), Path(argv[argv.index(b"--dir") + 1].decode())
@@ -189,7 +187,7 @@ def test_a_killed_demo_takes_its_fleet_along(tmp_path: Path) -> None:
 _LAUNCH_FROM_A_THREAD = """
 import sys, threading, time
 from pathlib import Path
-from gpuops.fleet.simfleet import launch
+from gpuops.simfleet import launch
 started = []
 worker = threading.Thread(target=lambda: started.append(launch(Path(sys.argv[1]), "silos", 2, tied=True)))
 worker.start()
@@ -233,7 +231,7 @@ def test_the_fleet_is_tied_to_the_process_not_to_the_thread_that_started_it(tmp_
 _KILLED_WHILE_STOPPING = """
 import os, signal, sys
 from pathlib import Path
-from gpuops.fleet.simfleet import launch, runner
+from gpuops.simfleet import launch, runner
 directory = Path(sys.argv[1])
 started = launch(directory, "silos", 2, tied=True)
 real = runner._terminate

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from gpuops.fleet.simfleet import Launched
+from gpuops.simfleet import Launched
 from tests.integration.test_plan_apply import carve_file, fleet, gpuops
 
 pytestmark = pytest.mark.timeout(300)

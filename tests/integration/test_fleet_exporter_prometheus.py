@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.fleet.simfleet import launch, running_pid, stop
+from gpuops.simfleet import launch, running_pid, stop
 from tests.integration.test_fleet_exporter import _gpuops, fleet_exporter
 from tests.promtest.fixtures import (  # noqa: F401  (pytest finds them by their fixture names)
     PrometheusFactory,

@@ -15,8 +15,8 @@ import pytest
 from gpuops.core.history import HOUR, History
 from gpuops.fleet.agent_client import AgentError
 from gpuops.fleet.session import node_agent
-from gpuops.fleet.simfleet import Launched, launch, running_pid, stop
 from gpuops.fleet.targets import node_targets
+from gpuops.simfleet import Launched, launch, running_pid, stop
 from gpuops.spec import load_fleet
 
 
@@ -148,10 +148,10 @@ def test_history_files_sit_in_each_node_state_dir(silos: Launched) -> None:
 def test_the_past_follows_the_spec_and_big_fleets_fill_it_on_demand(tmp_path: Path) -> None:
     """Work queued at the epoch is not running in the past, even once started live; a fleet
     bigger than `background_nodes` gets a node's past only when it is asked for."""
-    from gpuops.fleet.simfleet import build_fleet
-    from gpuops.fleet.simfleet.history import SimHistory
     from gpuops.node.backends.sim import SimBackend
     from gpuops.node.history.reader import read_history
+    from gpuops.simfleet import build_fleet
+    from gpuops.simfleet.history import SimHistory
 
     epoch = float(int(time.time()))
     plan = build_fleet("silos", 3, 0, epoch=epoch, utc_offset="+00:00")
@@ -203,10 +203,10 @@ def test_a_100_node_fleet_builds_every_past_from_the_start_while_its_loop_answer
     """Issue 22: the first `gpuops tenants` on a 100-node fleet waited 25 s for the pasts, built
     one node at a time when asked, in the fleet's own event loop. They are built from the start
     now, in worker processes, without anyone asking and without holding up the loop."""
-    from gpuops.fleet.simfleet import build_fleet
-    from gpuops.fleet.simfleet.history import SimHistory
     from gpuops.node.backends.sim import SimBackend
     from gpuops.node.history.reader import read_history
+    from gpuops.simfleet import build_fleet
+    from gpuops.simfleet.history import SimHistory
 
     plan = build_fleet("large", 100, epoch=float(int(time.time())))
     backends = [(n.name, SimBackend(spec=n.spec), n.spec) for n in plan.nodes]

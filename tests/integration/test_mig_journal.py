@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gpuops.fleet.simfleet import Launched, launch, stop
 from gpuops.node.state import NodeState
+from gpuops.simfleet import Launched, launch, stop
 from tests.integration.test_plan_apply import carve_file, gpuops, mig_entry
 
 pytestmark = pytest.mark.timeout(300)

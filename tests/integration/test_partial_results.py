@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.fleet.simfleet import Launched, launch, stop
+from gpuops.simfleet import Launched, launch, stop
 from tests.integration.test_plan_apply import gpuops
 
 pytestmark = pytest.mark.timeout(300)

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from gpuops.fleet.simfleet import Launched, launch, stop
-from gpuops.fleet.simfleet.faults import inject
 from gpuops.node.state import NodeState
+from gpuops.simfleet import Launched, launch, stop
+from gpuops.simfleet.faults import inject
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpuops.fleet.simfleet import Launched, launch, stop
+from gpuops.simfleet import Launched, launch, stop
 from gpuops.spec import load_fleet
 from tests.integration.test_plan_apply import gpuops
 

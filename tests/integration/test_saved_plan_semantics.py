@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuops.fleet.simfleet import Launched, launch, stop
+from gpuops.simfleet import Launched, launch, stop
 from tests.integration.test_plan_apply import carve_file, gpuops
 from tests.integration.test_saved_plan_integrity import canonical_digest, instances
 

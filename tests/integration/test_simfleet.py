@@ -23,11 +23,11 @@ from typer.testing import CliRunner
 from gpuops.cli import sim as sim_cli
 from gpuops.core.model import NotAvailable
 from gpuops.fleet.collector import Collector
-from gpuops.fleet.simfleet import Launched, SimPaths, build_fleet, launch, running_pid, stop
 from gpuops.fleet.source import LIVE, FleetSnapshot, NodeView
 from gpuops.fleet.ssh import SshError, SshTarget, connect
 from gpuops.fleet.targets import node_targets
 from gpuops.node.backends.sim import SimBackend
+from gpuops.simfleet import Launched, SimPaths, build_fleet, launch, running_pid, stop
 from gpuops.spec import load_fleet
 
 SSH = shutil.which("ssh")

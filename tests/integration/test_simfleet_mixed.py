@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpuops.fleet.simfleet import running_pid, stop
+from gpuops.simfleet import running_pid, stop
 from tests.agent_helpers import REPO
 from tests.integration.test_plan_apply import gpuops
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.fleet.simfleet import Launched, launch, stop
 from gpuops.node import limiter
+from gpuops.simfleet import Launched, launch, stop
 from tests.native.conftest import Built, Lab, read_until, step
 
 OOM = "2"

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from gpuops.core.history import bucket_to_json
-from gpuops.fleet.simfleet.history import past_buckets, past_packed
-from gpuops.fleet.simfleet.scenarios import build_fleet
 from gpuops.node.history.files import dumps
 from gpuops.node.history.reader import read_history
 from gpuops.node.history.recorder import Recorder
 from gpuops.node.history.rollup import Packed
 from gpuops.node.sim import workloads as wl
+from gpuops.simfleet.history import past_buckets, past_packed
+from gpuops.simfleet.scenarios import build_fleet
 
 EPOCH = 1_772_409_600.0  # 2026-03-02 00:00 UTC, a Monday
 END = EPOCH + 37.25  # the fleet's first live sample: not on a step

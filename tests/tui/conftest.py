@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gpuops.fleet.simsource import SimSource
-from gpuops.tenancy.ownership import Ownership
+from gpuops.simfleet.source import SimSource
 from gpuops.tui.app import GpuopsApp
 from gpuops.views.feed import Feed
 
@@ -73,6 +72,6 @@ def make_app(source: SimSource, clock: Clock) -> AppFactory:
     test asks for more with `app.publish(app.feed.build())`."""
 
     def make(period: float = 3600.0, feed: Feed | None = None, **kwargs: object) -> GpuopsApp:
-        return GpuopsApp(feed or Feed(source, Ownership.from_sim_plan(source.plan), clock, period), **kwargs)  # type: ignore[arg-type]
+        return GpuopsApp(feed or Feed(source, source.ownership(), clock, period), **kwargs)  # type: ignore[arg-type]
 
     return make

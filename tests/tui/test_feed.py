@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from gpuops.fleet.simsource import SimSource
-from gpuops.tenancy.ownership import Ownership
+from gpuops.simfleet.source import SimSource
 from gpuops.views.feed import Feed
 from gpuops.views.status import fleet_status
 from tests.tui.conftest import Clock
 
 
 def test_feed_builds_immutable_states_lazily(source: SimSource, clock: Clock) -> None:
-    feed = Feed(source, Ownership.from_sim_plan(source.plan), clock)
+    feed = Feed(source, source.ownership(), clock)
     first = feed.build()
     clock.advance(1)
     source.sample()

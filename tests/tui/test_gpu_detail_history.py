@@ -7,7 +7,7 @@ from __future__ import annotations
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from gpuops.fleet.simsource import SimSource
+from gpuops.simfleet.source import SimSource
 from gpuops.tui.screens.detail import DetailScreen
 from gpuops.views.gpu_history import GpuHistory
 from tests.tui.conftest import AppFactory, Clock

@@ -10,8 +10,7 @@ from dataclasses import replace
 import pytest
 from textual.pilot import Pilot
 
-from gpuops.fleet.simsource import SimSource
-from gpuops.tenancy.ownership import Ownership
+from gpuops.simfleet.source import SimSource
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.grid import FleetGrid, draw_line, layout_grid
 from gpuops.tui.screens.fleet import FleetScreen
@@ -70,7 +69,7 @@ def _same(shown: list[str], want: list[str]) -> None:
 
 
 def test_a_scrolled_grid_shows_the_right_rows_and_makes_only_those(large: SimSource, clock: Clock) -> None:
-    app = GpuopsApp(Feed(large, Ownership.from_sim_plan(large.plan), clock, 3600.0))
+    app = GpuopsApp(Feed(large, large.ownership(), clock, 3600.0))
 
     async def script(pilot: Pilot[None]) -> None:
         grid = app.screen.query_one(FleetGrid)
@@ -120,7 +119,7 @@ def test_a_scrolled_grid_shows_the_right_rows_and_makes_only_those(large: SimSou
 
 
 def test_header_counts_equal_the_full_computation(large: SimSource, clock: Clock) -> None:
-    app = GpuopsApp(Feed(large, Ownership.from_sim_plan(large.plan), clock, 3600.0))
+    app = GpuopsApp(Feed(large, large.ownership(), clock, 3600.0))
 
     async def script(pilot: Pilot[None]) -> None:
         for _ in range(2):

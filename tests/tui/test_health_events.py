@@ -10,7 +10,7 @@ import re
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from gpuops.fleet.simsource import SimSource
+from gpuops.simfleet.source import SimSource
 from gpuops.tui.screens.detail import DetailScreen
 from tests.tui.conftest import AppFactory, Clock
 from tests.tui.test_pilot import command, run, table_rows, text_of

@@ -11,8 +11,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from gpuops.fleet.simsource import SimSource
-from gpuops.tenancy.ownership import Ownership
+from gpuops.simfleet.source import SimSource
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.grid import FleetGrid
 from gpuops.tui.screens.detail import DetailScreen
@@ -30,7 +29,7 @@ def mixed_app() -> GpuopsApp:
     clock = Clock(NOON)
     source = SimSource.scenario("mixed", epoch=EPOCH, clock=clock, label="simulated mixed fleet (test)")
     source.sample()
-    return GpuopsApp(Feed(source, Ownership.from_sim_plan(source.plan), clock, 3600.0))
+    return GpuopsApp(Feed(source, source.ownership(), clock, 3600.0))
 
 
 async def ready(pilot: Pilot[None]) -> None:

@@ -11,8 +11,8 @@ from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from gpuops.fleet.simsource import SimSource
 from gpuops.fleet.source import LIVE, UNREACHABLE
+from gpuops.simfleet.source import SimSource
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.grid import FleetGrid, draw_line
 from gpuops.tui.keys import GLOBAL_KEYS

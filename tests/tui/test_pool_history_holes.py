@@ -11,7 +11,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from gpuops.fleet.simfleet import Launched, launch, stop
+from gpuops.simfleet import Launched, launch, stop
 from tests.integration.test_plan_apply import gpuops
 from tests.tui.test_pool_screen import open_pool, own_copy, pool_app, rows, run, settled, text_of
 

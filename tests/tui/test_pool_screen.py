@@ -26,10 +26,10 @@ from textual.widgets import Static
 
 from gpuops.cli.tui import fleet_source
 from gpuops.core.history import History
-from gpuops.fleet.simfleet import Launched, launch, stop
 from gpuops.fleet.targets import node_targets
 from gpuops.plan.apply import NodeResult
 from gpuops.plan.live import NodeLive, read_live
+from gpuops.simfleet import Launched, launch, stop
 from gpuops.spec import load_fleet, parse_fleet
 from gpuops.tenancy.accounting import Evidence, team_sides
 from gpuops.tenancy.pool_change import (
@@ -537,12 +537,11 @@ def test_quitting_while_an_apply_runs_waits_for_its_result(sim: Launched, tmp_pa
 
 
 def test_help_lists_the_pool_keys_and_a_local_view_has_no_pool() -> None:
-    from gpuops.fleet.simsource import SimSource
-    from gpuops.tenancy.ownership import Ownership
+    from gpuops.simfleet.source import SimSource
 
     source = SimSource.scenario("silos", 3, label="in-process")
     source.sample()
-    app = GpuopsApp(Feed(source, Ownership.from_sim_plan(source.plan), period=3600))
+    app = GpuopsApp(Feed(source, source.ownership(), period=3600))
 
     async def script(pilot: Pilot[None]) -> None:
         await pilot.press("colon", *"pool", "enter")

@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from gpuops.cli.tui import fleet_source
-from gpuops.fleet.simfleet import Launched, launch, stop
+from gpuops.simfleet import Launched, launch, stop
 from gpuops.tenancy.pool_change import PoolSource, PoolView
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.screens.pool import PoolScreen

@@ -15,8 +15,7 @@ from rich.text import Text
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from gpuops.fleet.simsource import SimSource
-from gpuops.tenancy.ownership import Ownership
+from gpuops.simfleet.source import SimSource
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.grid import FleetGrid, draw_line
 from gpuops.tui.screens.detail import DetailScreen
@@ -187,7 +186,7 @@ def test_a_flat_team_figure_is_a_flat_sparkline() -> None:
     draw a flat line, not a rise from zero."""
     clock = Clock(EPOCH + 14 * 3600)
     source = SimSource.scenario("silos", None, epoch=EPOCH, clock=clock, label="simulated (not sampled yet)")
-    feed = Feed(source, Ownership.from_sim_plan(source.plan), clock, 3600.0)
+    feed = Feed(source, source.ownership(), clock, 3600.0)
     app = GpuopsApp(feed)
 
     async def script(pilot: Pilot[None]) -> None:

@@ -12,7 +12,6 @@ import pytest
 from textual.pilot import Pilot
 
 from gpuops.fleet.source import STALE, UNREACHABLE
-from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.grid import FleetGrid
 from gpuops.tui.table import LiveTable
@@ -28,7 +27,7 @@ Compare = Callable[..., bool]
 def scene() -> GpuopsApp:
     clock = Clock(EPOCH + 6 * 3600)
     source = silos(clock)
-    feed = Feed(source, Ownership.from_sim_plan(source.plan), clock, period=3600)
+    feed = Feed(source, source.ownership(), clock, period=3600)
     while clock() < EPOCH + 14 * 3600:
         clock.advance(300)
         source.sample()

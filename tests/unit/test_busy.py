@@ -15,7 +15,6 @@ import pytest
 from gpuops.core import metric_schema as schema
 from gpuops.core.busy import BUSY_PERCENT, BUSY_RATIO, gpu_busy, is_busy
 from gpuops.core.model import Gpu, NotAvailable
-from gpuops.tenancy.ownership import Ownership
 from gpuops.views.cells import gpu_cells
 from gpuops.views.common import mig_active
 from gpuops.views.gpus import node_facts
@@ -25,7 +24,7 @@ from tests.promtest.dashboards import REPO, RULES_FILE, rule_exprs
 from tests.unit.test_views_shared_pass import _snapshots, fleet
 
 if TYPE_CHECKING:
-    from gpuops.fleet.simsource import SimSource
+    from gpuops.simfleet.source import SimSource
 
 __all__ = ["fleet"]  # the fixture, shared with the shared pass's tests
 
@@ -106,7 +105,7 @@ def test_every_surface_counts_a_gpu_busy_alike(fleet: tuple[SimSource, list[floa
         for original in [g for k, g in enumerate(gpus) if k == 0 or mig_active(g)]:
             for gpu in _variants(original):
                 alone = _alone(view, gpu)
-                ownership = Ownership.from_sim_plan(source.plan)
+                ownership = source.ownership()
                 busy = gpu_busy(gpu)
                 where = (view.name, gpu.info.index, gpu.sample)
                 # the TUI's node rows and tenants: the fused pass (GPU-equivalents busy)

@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 import pytest
-from gpuops.fleet.simfleet import build_fleet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +17,7 @@ from gpuops.core.codec import SAMPLE_ROW_FIELDS, DecodeError, from_delta, from_j
 from gpuops.core.delta import diff, sample_rows
 from gpuops.core.model import NodeSample, NotAvailable
 from gpuops.node.backends.sim import SimBackend
+from gpuops.simfleet import build_fleet
 from tests.hypothesis_budget import examples
 
 

@@ -1,4 +1,4 @@
-"""The sim fleet's batch scheduler (gpuops/fleet/simfleet/demand.py) on in-process simulated nodes
+"""The sim fleet's batch scheduler (gpuops/simfleet/demand.py) on in-process simulated nodes
 with a test clock: queued work runs only where the nodes' tenant tables (as `gpuops apply` writes
 them) or ownership grant it, finishes after its work at the queue speed, is preempted and keeps
 its work, and shows on the GPU as a process of its user."""
@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpuops.fleet.simfleet.demand import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuops.node.backends.sim import SimBackend
+from gpuops.node.limiter import TenantSpec, write_table
+from gpuops.simfleet.demand import (
     BORROWED,
     DONE,
     GUARANTEED,
@@ -22,11 +27,6 @@ from gpuops.fleet.simfleet.demand import (
     grant_on,
     read_demand,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from gpuops.node.backends.sim import SimBackend
-from gpuops.node.limiter import TenantSpec, write_table
 from tests.hypothesis_budget import examples
 
 EPOCH = 1_000_000.0

@@ -10,7 +10,6 @@ import math
 from typing import Any
 
 import pytest
-from gpuops.fleet.simfleet.history import past_buckets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +29,7 @@ from gpuops.core.history import (
     bucket_to_json,
     screened,
 )
+from gpuops.simfleet.history import past_buckets
 from tests.hypothesis_budget import examples
 from tests.node.test_sim_past import NODES, _args, _odd_node
 

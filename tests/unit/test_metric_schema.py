@@ -26,11 +26,11 @@ from gpuops.core.model import NodeHealth, NodeSample, NotAvailable, XidCount
 from gpuops.exporter.fleet_metrics import FleetMetrics
 from gpuops.fleet.promql import decode
 from gpuops.fleet.promql.client import Series
-from gpuops.fleet.simsource import SimSource
 from gpuops.fleet.source import FleetSnapshot, NodeView
 from gpuops.node import metrics as node_metrics
 from gpuops.node.metrics import Family, NodeCollector
 from gpuops.node.sampler import Latest
+from gpuops.simfleet.source import SimSource
 from gpuops.tenancy import prometheus_history
 from gpuops.tenancy.ownership import Ownership
 from tests.promtest.dashboards import (

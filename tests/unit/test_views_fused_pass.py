@@ -9,9 +9,8 @@ import math
 from array import array
 from dataclasses import replace
 
-from gpuops.fleet.simsource import SimSource
 from gpuops.fleet.source import FleetSnapshot
-from gpuops.tenancy.ownership import Ownership
+from gpuops.simfleet.source import SimSource
 from gpuops.tui.grid import PITCH, Position, layout_grid
 from gpuops.views.common import mig_active
 from gpuops.views.gpu_history import GpuHistory, gpu_point
@@ -35,7 +34,7 @@ def _same_number(a: float, b: float | None) -> bool:
 
 def test_history_points_are_gpu_point(fleet: tuple[SimSource, list[float]]) -> None:
     source, _ = fleet
-    own = Ownership.from_sim_plan(source.plan)
+    own = source.ownership()
     fused, alone = GpuHistory(), GpuHistory()
     snapshots = _snapshots(fleet, 4)
     for snapshot in snapshots:
@@ -77,13 +76,13 @@ def _reversed_layouts(snapshot: FleetSnapshot) -> FleetSnapshot:
 
 def test_mig_layouts_out_of_slice_order(fleet: tuple[SimSource, list[float]]) -> None:
     source, _ = fleet
-    shared, reference = Ownership.from_sim_plan(source.plan), Ownership.from_sim_plan(source.plan)
+    shared, reference = source.ownership(), source.ownership()
     cache = RowCache(lazy=True)
     for snapshot in map(_reversed_layouts, _snapshots(fleet, 3)):
         assert tenant_rows(snapshot, shared) == old_tenant_rows(snapshot, reference)
         want = tuple(old_node_row(v, reference) for v in snapshot.nodes)
         assert cache.rows(snapshot, shared) == want
-        assert node_rows(snapshot, Ownership.from_sim_plan(source.plan)) == want
+        assert node_rows(snapshot, source.ownership()) == want
 
 
 def _per_cell(layout_lines: tuple, label: int) -> list[Position]:  # type: ignore[type-arg]
@@ -102,7 +101,7 @@ def _per_cell(layout_lines: tuple, label: int) -> list[Position]:  # type: ignor
 
 def test_grid_positions_are_the_cells(fleet: tuple[SimSource, list[float]]) -> None:
     source, clock = fleet
-    own = Ownership.from_sim_plan(source.plan)
+    own = source.ownership()
     rows = RowCache(lazy=True).rows(_snapshots(fleet, 1)[0], own)
     for by, width in ((BY_TEAM, 200), (BY_NODE, 120), (BY_NODE, 30)):
         groups = group_rows(rows, by, "name", now=clock[0])
@@ -127,7 +126,7 @@ def test_lazy_rows_are_the_full_rows(fleet: tuple[SimSource, list[float]]) -> No
     """The TUI's rows (figures from the light pass, cells on first use) have the full rows'
     figures in the odd cases too: a lost MIG GPU is one LOST cell, its slices count for nothing."""
     source, _ = fleet
-    shared, reference = Ownership.from_sim_plan(source.plan), Ownership.from_sim_plan(source.plan)
+    shared, reference = source.ownership(), source.ownership()
     cache = RowCache(lazy=True)
     for snapshot in _snapshots(fleet, 6):
         rows = cache.rows(snapshot, shared)

@@ -12,7 +12,6 @@ import pytest
 from gpuops.core.history import gpu_shares
 from gpuops.core.model import Gpu
 from gpuops.fleet.source import FleetSnapshot
-from gpuops.tenancy.ownership import Ownership
 from gpuops.views.common import BUSY_PERCENT, mig_active
 from gpuops.views.tenants import tenant_rows
 from tests.tui.conftest import Clock, silos
@@ -34,7 +33,7 @@ def test_gpu_time_is_the_history_s_per_gpu(util: float) -> None:
     clock = Clock()
     source = silos(clock)
     snapshot = source.snapshot(clock())
-    ownership = Ownership.from_sim_plan(source.plan)
+    ownership = source.ownership()
     whole = mig = 0
     for view in snapshot.nodes:
         if view.sample is None:

@@ -15,8 +15,8 @@ import pytest
 
 from gpuops.core.history import instance_fraction
 from gpuops.core.model import Gpu, GpuProcess, NotAvailable
-from gpuops.fleet.simsource import SimSource
 from gpuops.fleet.source import LIVE, STALE, UNREACHABLE, FleetSnapshot, NodeView
+from gpuops.simfleet.source import SimSource
 from gpuops.tenancy.attribution import Attribution, AttributionChain, AttributionContext
 from gpuops.tenancy.builtin import OwnerAttributor, UserAttributor
 from gpuops.tenancy.ownership import UNOWNED, Ownership
@@ -388,7 +388,7 @@ def _snapshots(fleet: tuple[SimSource, list[float]], count: int) -> list[FleetSn
 
 
 def _pooled(source: SimSource) -> Ownership:
-    from gpuops.fleet.simfleet.runner import SimPaths, fleet_document
+    from gpuops.simfleet.runner import SimPaths, fleet_document
     from gpuops.spec.loader import fleet_from_data
 
     plan = source.plan
@@ -427,7 +427,7 @@ def test_shared_pass_gives_the_rows_of_before(fleet: tuple[SimSource, list[float
     assert sum(len(v.sample.gpus) for v in snapshots[0].nodes if v.sample) >= 1000
     kinds = {c.kind for v in snapshots[1].nodes for c in old_node_row(v, Ownership()).cells}
     assert {GPU, SLICE, LOST} <= kinds  # the cases are there
-    _same(snapshots, lambda: Ownership.from_sim_plan(source.plan))
+    _same(snapshots, lambda: source.ownership())
     _same(snapshots, Ownership)  # no fleet.yaml: owners the nodes report, the default chain
     _same(snapshots, lambda: _pooled(source))
 
@@ -449,7 +449,7 @@ def test_a_plugin_is_asked_again_at_every_update(fleet: tuple[SimSource, list[fl
     source, _ = fleet
     fickle = Fickle()
     chain = AttributionChain([("fickle", fickle), ("user", UserAttributor()), ("owner", OwnerAttributor())])
-    base = Ownership.from_sim_plan(source.plan)
+    base = source.ownership()
     own = Ownership(base.teams, base.gpu_owner_of, base.team_of_user, chain=chain)
     assert not own.stable_attribution and base.stable_attribution
     snapshot = _snapshots(fleet, 1)[0]

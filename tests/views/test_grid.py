@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from gpuops.fleet.simsource import SimSource
 from gpuops.fleet.source import UNREACHABLE
+from gpuops.simfleet.source import SimSource
 from gpuops.tenancy.ownership import Ownership
 from gpuops.views.cells import FREE, SLICE
 from gpuops.views.filter import parse_filter
@@ -18,7 +18,7 @@ from tests.tui.conftest import Clock
 
 
 def test_rows_and_cells(source: SimSource, clock: Clock) -> None:
-    rows = {r.name: r for r in node_rows(source.snapshot(clock()), Ownership.from_sim_plan(source.plan))}
+    rows = {r.name: r for r in node_rows(source.snapshot(clock()), source.ownership())}
     platform = rows["sim-platform-01"]
     assert platform.gpus == 4 and all(c.kind in (SLICE, FREE) for c in platform.cells)
     # Two GPUs with 3g+2g+1g+1g and two with seven 1g slices: 22 cells.
@@ -41,7 +41,7 @@ def test_rows_and_cells(source: SimSource, clock: Clock) -> None:
 
 
 def test_groups_filters_and_sorting(source: SimSource, clock: Clock) -> None:
-    rows = node_rows(source.snapshot(clock()), Ownership.from_sim_plan(source.plan))
+    rows = node_rows(source.snapshot(clock()), source.ownership())
     groups = group_rows(rows, BY_TEAM, now=clock())
     assert [g.team for g in groups] == sorted(g.team for g in groups)
     vision = next(g for g in groups if g.team == "vision")
@@ -62,13 +62,13 @@ def test_groups_filters_and_sorting(source: SimSource, clock: Clock) -> None:
     ]
     # Unreachable first when sorting by state.
     source.set_state("sim-speech-01", UNREACHABLE, "connection refused")
-    rows = node_rows(source.snapshot(clock()), Ownership.from_sim_plan(source.plan))
+    rows = node_rows(source.snapshot(clock()), source.ownership())
     assert sort_rows(rows, "state", clock())[0].name == "sim-speech-01"
     assert sort_rows(rows, "state", clock(), reverse=True)[-1].name == "sim-speech-01"
 
 
 def test_a_node_split_between_teams_appears_under_each(source: SimSource, clock: Clock) -> None:
-    base = Ownership.from_sim_plan(source.plan)
+    base = source.ownership()
     assert base.gpu_owner_of is not None
     owner_of = base.gpu_owner_of
 
@@ -88,7 +88,7 @@ def test_one_meaning_of_busy_on_every_line(source: SimSource, clock: Clock) -> N
     else by holding a process), in GPU-equivalents, on every line: the fleet header is the sum of
     the team groups and of the team chips; a team's group and its chip say the same busy and idle;
     a GPU holding a process at 0% is idle, *held* idle, everywhere (issue 18 item 1)."""
-    snapshot, ownership = source.snapshot(clock()), Ownership.from_sim_plan(source.plan)
+    snapshot, ownership = source.snapshot(clock()), source.ownership()
     rows = node_rows(snapshot, ownership)
     fleet = totals(rows)
     groups = {g.team: g.totals for g in group_rows(rows, BY_TEAM)}
@@ -112,7 +112,7 @@ def test_one_meaning_of_busy_on_every_line(source: SimSource, clock: Clock) -> N
 def test_totals_weigh_mig_slices_by_their_share_of_the_gpu(source: SimSource, clock: Clock) -> None:
     """GPU 0 of sim-platform-01 (H100, 7 compute slices) is carved 3g+2g+1g+1g with slices at
     different utilizations: the GPU's figure counts the 3g slice three times a 1g slice."""
-    rows = {r.name: r for r in node_rows(source.snapshot(clock()), Ownership.from_sim_plan(source.plan))}
+    rows = {r.name: r for r in node_rows(source.snapshot(clock()), source.ownership())}
     platform = rows["sim-platform-01"]
     gpu0 = replace(platform, cells=tuple(c for c in platform.cells if c.gpu == 0), gpus=1)
     sample = source.views["sim-platform-01"].sample

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuops.core.model import GpuProcess
-from gpuops.fleet.simsource import SimSource
 from gpuops.fleet.source import UNREACHABLE
+from gpuops.simfleet.source import SimSource
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.widgets import TeamHeader
 from gpuops.views.tenant_history import TenantHistory
@@ -15,7 +15,7 @@ from tests.tui.conftest import Clock
 
 
 def _tenants(source: SimSource, now: float) -> dict[str, TenantRow]:
-    return {r.team: r for r in tenant_rows(source.snapshot(now), Ownership.from_sim_plan(source.plan))}
+    return {r.team: r for r in tenant_rows(source.snapshot(now), source.ownership())}
 
 
 def test_tenants_own_use_borrow_and_waste(source: SimSource, clock: Clock) -> None:
@@ -56,7 +56,7 @@ def test_tenant_attribution() -> None:
 
 def test_history_over_the_session_stays_bounded(source: SimSource, clock: Clock) -> None:
     history = TenantHistory(limit=16)
-    ownership = Ownership.from_sim_plan(source.plan)
+    ownership = source.ownership()
     for _ in range(100):  # 14:00 to 22:20
         clock.advance(300)
         source.sample()
@@ -76,7 +76,7 @@ def test_pool_guarantees_are_not_borrowed_and_pool_gpus_not_lent(source: SimSour
     counts it over a window); a pool GPU is shared, not lent by the team that bought it."""
     from pathlib import Path
 
-    from gpuops.fleet.simfleet.runner import SimPaths, fleet_document
+    from gpuops.simfleet.runner import SimPaths, fleet_document
     from gpuops.spec.loader import fleet_from_data
 
     plan = source.plan

@@ -46,12 +46,12 @@ from asyncssh.constants import MSG_IGNORE
 
 from gpuops.fleet.remote_agent import ON_PATH
 from gpuops.fleet.remote_agent import PROBE as AGENT_PROBE
-from gpuops.fleet.simfleet.faults import FaultyBackend, clear_events
-from gpuops.fleet.simfleet.history import SimHistory
 from gpuops.node.agent import Agent
 from gpuops.node.backends.base import Backend
 from gpuops.node.health import HealthMonitor
 from gpuops.node.state import interrupted_applies
+from gpuops.simfleet.faults import FaultyBackend, clear_events
+from gpuops.simfleet.history import SimHistory
 
 log = logging.getLogger("gpuops.simfleet")
 

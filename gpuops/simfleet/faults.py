@@ -165,7 +165,7 @@ class SpoolEventSource(EventSource):
 
 
 class QueuedEventSource(EventSource):
-    """Events handed over in this process (gpuops.fleet.simsource, tests): `put` queues one, the
+    """Events handed over in this process (gpuops.simfleet.source, tests): `put` queues one, the
     node's HealthMonitor takes it at its next sample."""
 
     def __init__(self) -> None:

@@ -1,6 +1,6 @@
 """The sim fleet process, and starting and stopping it in the background.
 
-`python -m gpuops.fleet.simfleet serve --dir DIR [--scenario S] [--nodes N] [--seed S]` builds the
+`python -m gpuops.simfleet serve --dir DIR [--scenario S] [--nodes N] [--seed S]` builds the
 scenario, generates keys, listens on 127.0.0.1 (one port per node), writes the files below into
 DIR and serves until SIGTERM or SIGINT. `launch()` and `stop()` are what `gpuops sim up/down` call.
 
@@ -48,19 +48,19 @@ from typing import Any
 import asyncssh
 
 from gpuops.core.atomic_file import atomic_write
-from gpuops.fleet.simfleet.demand import DEFAULT_SPEED, Demand
-from gpuops.fleet.simfleet.exporters import SimExporters
-from gpuops.fleet.simfleet.history import SimHistory
-from gpuops.fleet.simfleet.prometheus import (
+from gpuops.simfleet.demand import DEFAULT_SPEED, Demand
+from gpuops.simfleet.exporters import SimExporters
+from gpuops.simfleet.history import SimHistory
+from gpuops.simfleet.prometheus import (
     MISSING,
     SimPrometheus,
     SimPrometheusError,
     prometheus_binary,
     rules_files,
 )
-from gpuops.fleet.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
-from gpuops.fleet.simfleet.server import SimFleetServer
-from gpuops.fleet.simfleet.tether import Lifeline, lifeline_pair, stop_on_sigterm_while_starting
+from gpuops.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
+from gpuops.simfleet.server import SimFleetServer
+from gpuops.simfleet.tether import Lifeline, lifeline_pair, stop_on_sigterm_while_starting
 
 log = logging.getLogger("gpuops.simfleet")
 
@@ -535,7 +535,7 @@ def _serve_locked(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpuops.fleet.simfleet")
+    parser = argparse.ArgumentParser(prog="python -m gpuops.simfleet")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("serve", help="serve a simulated fleet in the foreground")
     run.add_argument("--dir", type=Path, default=None, help="where to write fleet.yaml, keys, log")
@@ -636,7 +636,7 @@ def launch(
         )
     with contextlib.suppress(OSError):
         paths.ready.unlink()
-    argv = [sys.executable, "-m", "gpuops.fleet.simfleet", "serve", "--dir", str(directory)]
+    argv = [sys.executable, "-m", "gpuops.simfleet", "serve", "--dir", str(directory)]
     argv += ["--scenario", scenario, "--seed", str(seed), "--base-port", str(base_port)]
     argv += ["--queue-speed", repr(float(queue_speed))]
     if nodes is not None:
@@ -650,7 +650,7 @@ def launch(
         lifeline = lifeline_pair()
         argv += ["--lifeline", str(lifeline[0])]
     env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[3])  # so `-m gpuops...` works from "/"
+    package_root = str(Path(__file__).resolve().parents[2])  # so `-m gpuops...` works from "/"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     started = time.monotonic()
     try:
@@ -725,7 +725,9 @@ def _is_ours(pid: int) -> bool:
         return not Path("/proc/self").exists()
     except OSError:
         return True
-    return b"gpuops.fleet.simfleet" in cmdline
+    # gpuops.fleet.simfleet: the module's name before it became a layer of its own; a fleet
+    # started by an older gpuops, its pid file in DIR, is still stopped by `gpuops sim down`.
+    return b"gpuops.simfleet" in cmdline or b"gpuops.fleet.simfleet" in cmdline
 
 
 def _gone(pid: int) -> bool:

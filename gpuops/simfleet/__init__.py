@@ -8,7 +8,7 @@ simulated node backend per node, and the fleet.yaml, known_hosts and client key 
 
 from __future__ import annotations
 
-from gpuops.fleet.simfleet.runner import (
+from gpuops.simfleet.runner import (
     Launched,
     SimFleetError,
     SimPaths,
@@ -18,7 +18,7 @@ from gpuops.fleet.simfleet.runner import (
     running_pid,
     stop,
 )
-from gpuops.fleet.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, SimNode, build_fleet
+from gpuops.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, SimNode, build_fleet
 
 __all__ = [
     "SCENARIOS",

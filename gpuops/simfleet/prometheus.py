@@ -39,7 +39,7 @@ JOB = "gpuops-node"
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 PORT_ATTEMPTS = 5
-RULES_DIR = Path(__file__).resolve().parents[3] / "deploy" / "prometheus"
+RULES_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 RULES = ("gpuops.rules.yml", "gpuops-history.rules.yml")
 MISSING = (
     "Prometheus is not installed (no `prometheus` on PATH): install Debian's package "

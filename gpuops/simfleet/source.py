@@ -1,11 +1,12 @@
 """Simulated nodes sampled in this process: a FleetSource without SSH or child processes.
 
-Built from a sim fleet scenario (`gpuops.fleet.simfleet.build_fleet`): one `SimBackend` per node,
+Built from a sim fleet scenario (`gpuops.simfleet.build_fleet`): one `SimBackend` per node,
 all on one injectable clock, so a test can show "Monday 14:00" twice and get the same screen, and a
 benchmark can feed 1000 GPUs without a thousand SSH sessions. `set_state` plays a node going stale
 or unreachable (with the collector's events); `sample` takes the next sample of every live node;
 `inject_event` makes a GPU report an XID or ECC event, which the node's next sample carries as an
-agent's would (node/health.py).
+agent's would (node/health.py). `ownership()` gives the owners and teams the plan's fleet.yaml
+would.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from gpuops.fleet.simfleet import SimFleetPlan, build_fleet
-from gpuops.fleet.simfleet.faults import QueuedEventSource
 from gpuops.fleet.source import (
     CONNECTING,
     LIVE,
@@ -31,6 +30,9 @@ from gpuops.fleet.source import (
 from gpuops.node.backends.base import RawEvent
 from gpuops.node.backends.sim import SimBackend
 from gpuops.node.health import HealthMonitor
+from gpuops.simfleet import SimFleetPlan, build_fleet
+from gpuops.simfleet.faults import QueuedEventSource
+from gpuops.tenancy.ownership import Ownership
 
 
 class SimSource:
@@ -86,6 +88,11 @@ class SimSource:
     @property
     def gpu_count(self) -> int:
         return sum(n.gpu_count for n in self.plan.nodes)
+
+    def ownership(self) -> Ownership:
+        """Owners and teams as the simulated fleet's fleet.yaml would give them (a new one each
+        call: an Ownership remembers attributions)."""
+        return plan_ownership(self.plan)
 
     # ---- FleetSource ---------------------------------------------------------------------------
 
@@ -179,6 +186,14 @@ class SimSource:
         while True:
             self.sample()
             await asyncio.sleep(self._interval)
+
+
+def plan_ownership(plan: SimFleetPlan) -> Ownership:
+    """Owners and teams as a simulated fleet's fleet.yaml would give them."""
+    owners = {n.name: n.owner for n in plan.nodes}
+    users = {u: team for team, members in plan.teams.items() for u in members}
+    teams = tuple(sorted(plan.teams))
+    return Ownership(teams, lambda node, index: owners.get(node), users.get)
 
 
 def _has_loop() -> bool:
