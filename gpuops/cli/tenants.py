@@ -144,8 +144,14 @@ def _warn_missing(evidence: Evidence) -> None:
         _out.print(f"[yellow]{node}: {reason}[/]", markup=True)
 
 
+def _warnings(evidence: Evidence) -> list[str]:
+    """Unreadable history, then a window longer than the history recorded."""
+    coverage = evidence.coverage_line()
+    return evidence.incomplete_lines() + ([coverage] if coverage else [])
+
+
 def _warn_incomplete(evidence: Evidence) -> None:
-    for line in evidence.incomplete_lines():
+    for line in _warnings(evidence):
         _out.print(f"[bold yellow]{line}[/]", markup=True)
 
 
@@ -158,7 +164,7 @@ def _incomplete_json(evidence: Evidence) -> dict[str, Any]:
         },
         "buckets": len(evidence.starts),
         "readable_buckets": evidence.readable(),
-        "warnings": evidence.incomplete_lines(),
+        "warnings": _warnings(evidence),
     }
 
 

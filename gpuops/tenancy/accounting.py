@@ -24,10 +24,12 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from gpuops.core.history import HOUR, MINUTE, Bucket, GpuUsage, History, UserUsage
 from gpuops.core.mig.catalog import find_model
 from gpuops.core.model import GpuProcess
+from gpuops.core.units import format_duration
 from gpuops.spec.model import Fleet
 from gpuops.tenancy.ownership import UNOWNED, Ownership
 
@@ -169,6 +171,21 @@ class Evidence:
             "readable on every node (unreadable ones are unknown, counted neither idle nor busy)"
         )
         return lines
+
+    def coverage_line(self) -> str:
+        """A warning when the history starts later in the window than its first bucket (a 30d
+        window over 7 days recorded): what the figures are over; '' when it covers the window."""
+        seen = self.observed()
+        first = next((i for i, s in enumerate(seen) if s), None)
+        if first is None:
+            return f"no history recorded in the {self.window.text} window: every figure is 0"
+        if first == 0:
+            return ""
+        since = datetime.fromtimestamp(self.starts[first], UTC).strftime("%Y-%m-%d %H:%M UTC")
+        return (
+            f"history covers {format_duration(self.now - self.starts[first])} of the {self.window.text} "
+            f"window (recorded since {since}): the figures are over that time"
+        )
 
     def team_series(self, team: str, gpus: Iterable[GpuEvidence] | None = None) -> list[float]:
         """The team's GPU-time per bucket (GPU-equivalents), summed over `gpus` (default: all)."""
