@@ -143,8 +143,16 @@ def up(
         help="Also start a Prometheus (Debian's prometheus) on loopback scraping every node's exporter, "
         "with gpuops' rules; its URL is in sim status.",
     ),
+    fresh: bool = typer.Option(
+        False,
+        "--fresh",
+        help="Start from the scenario alone: remove the node agents' state that earlier runs in --dir "
+        "kept (recorded history, MPS record, MIG journal).",
+    ),
 ) -> None:
-    """Start a simulated fleet in the background and write fleet.yaml for it."""
+    """Start a simulated fleet in the background and write fleet.yaml for it. The node agents'
+    state (recorded history, MPS record, MIG journal) is kept from one run in --dir to the next
+    (--fresh: removed first)."""
     from gpuops.simfleet import ScenarioError, SimFleetError, launch
 
     where = _dir(directory)
@@ -160,6 +168,7 @@ def up(
             timeout=timeout,
             queue_speed=queue_speed,
             prometheus=prometheus,
+            fresh=fresh,
         )
     except ScenarioError as exc:
         fail(escape(str(exc)), code=2)

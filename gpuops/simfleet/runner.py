@@ -612,10 +612,13 @@ def launch(
     queue_speed: float = DEFAULT_SPEED,
     prometheus: bool = False,
     tied: bool = False,
+    fresh: bool = False,
 ) -> Launched:
     """Start the fleet process detached (own session, stdio to the log) and wait until ready;
     with `prometheus`, the fleet starts its own Prometheus too (prometheus.py); with `tied`, the
-    fleet ends, and removes `directory`, when this process dies without stopping it (tether.py)."""
+    fleet ends, and removes `directory`, when this process dies without stopping it (tether.py).
+    The node agents' state (recorded history, the MPS record, a MIG journal) is kept in
+    `directory`/state from one run to the next; `fresh` removes it first."""
     count = len(build_fleet(scenario, nodes, seed).nodes)  # a bad scenario or count fails here
     if not (math.isfinite(queue_speed) and 0 < queue_speed <= MAX_QUEUE_SPEED):
         raise ScenarioError(
@@ -636,6 +639,8 @@ def launch(
         )
     with contextlib.suppress(OSError):
         paths.ready.unlink()
+    if fresh:
+        shutil.rmtree(paths.dir / "state", ignore_errors=True)
     argv = [sys.executable, "-m", "gpuops.simfleet", "serve", "--dir", str(directory)]
     argv += ["--scenario", scenario, "--seed", str(seed), "--base-port", str(base_port)]
     argv += ["--queue-speed", repr(float(queue_speed))]
