@@ -28,7 +28,7 @@ lint: venv
 	$(BIN)/lint-imports --no-cache
 
 typecheck: venv
-	$(BIN)/mypy gpuops/core gpuops/node gpuops/spec gpuops/fleet gpuops/cli gpuops/tui gpuops/plan gpuops/tenancy gpuops/views gpuops/exporter gpuops/simfleet
+	$(BIN)/mypy gpuops/core gpuops/node gpuops/attributors.py gpuops/spec gpuops/fleet gpuops/cli gpuops/tui gpuops/plan gpuops/tenancy gpuops/views gpuops/exporter gpuops/simfleet
 
 # core/ and node/ run on GPU nodes with old Pythons: they must stay valid Python 3.8.
 compat: venv

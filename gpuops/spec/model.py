@@ -23,6 +23,9 @@ from pydantic import (
     model_validator,
 )
 
+from gpuops.attributors import BUILTIN as BUILTIN_ATTRIBUTORS
+from gpuops.attributors import DEFAULT_ORDER as DEFAULT_ATTRIBUTION_ORDER
+from gpuops.attributors import available_attributors
 from gpuops.core.mig.catalog import MigModel
 from gpuops.spec.base import SpecModel
 from gpuops.spec.carve_entry import CarveEntry
@@ -65,9 +68,6 @@ from gpuops.spec.types import (
     closest,
     parse_jump_literal,
 )
-from gpuops.tenancy.attribution import BUILTIN as BUILTIN_ATTRIBUTORS
-from gpuops.tenancy.attribution import DEFAULT_ORDER as DEFAULT_ATTRIBUTION_ORDER
-from gpuops.tenancy.attribution import available_attributors
 
 DEFAULT_PORT = 22
 DEFAULT_HOST_KEY_POLICY: HostKeyPolicy = "strict"

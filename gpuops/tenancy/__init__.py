@@ -9,9 +9,8 @@ See docs/tenancy.md.
 
 from __future__ import annotations
 
+from gpuops.attributors import DEFAULT_ORDER, ENTRY_POINT_GROUP, available_attributors, refresh
 from gpuops.tenancy.attribution import (
-    DEFAULT_ORDER,
-    ENTRY_POINT_GROUP,
     NO_SOURCE,
     UNATTRIBUTED,
     UNATTRIBUTED_RESULT,
@@ -20,10 +19,8 @@ from gpuops.tenancy.attribution import (
     AttributionContext,
     Attributor,
     AttributorError,
-    available_attributors,
     default_chain,
     load_attributor,
-    refresh,
 )
 
 __all__ = [

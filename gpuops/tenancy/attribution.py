@@ -28,27 +28,16 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import metadata
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from gpuops.attributors import DEFAULT_ORDER, available_attributors, discover
 from gpuops.core.model import Gpu, GpuProcess
 
 if TYPE_CHECKING:
     from gpuops.spec import Fleet
 
-ENTRY_POINT_GROUP = "gpuops.attributors"
-DEFAULT_ORDER: tuple[str, ...] = ("limiter", "user", "group", "owner")
 UNATTRIBUTED = "-"  # the team of a process nobody claims
 NO_SOURCE = "none"  # ... and its source
-
-# Built-in attributors, also registered as entry points in pyproject.toml; this table is the
-# fallback where package metadata is missing (a copied tree, a stale editable install).
-BUILTIN: dict[str, str] = {
-    "limiter": "gpuops.tenancy.builtin:LimiterAttributor",
-    "user": "gpuops.tenancy.builtin:UserAttributor",
-    "group": "gpuops.tenancy.builtin:GroupAttributor",
-    "owner": "gpuops.tenancy.builtin:OwnerAttributor",
-}
 
 log = logging.getLogger("gpuops.tenancy")
 
@@ -129,59 +118,9 @@ def _warn_once(key: str, message: str) -> None:
         log.warning("%s", message)
 
 
-# ---- discovery -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Found:
-    targets: dict[str, str]  # name -> "module:attribute"
-    problems: tuple[str, ...]  # what was wrong with the installed metadata
-
-
-@lru_cache(maxsize=1)
-def _discover() -> _Found:
-    targets: dict[str, str] = {}
-    origin: dict[str, str] = {}
-    problems: list[str] = []
-    try:
-        found: Iterable[metadata.EntryPoint] = metadata.entry_points(group=ENTRY_POINT_GROUP)
-    except Exception as exc:  # broken metadata of some package must not stop the view
-        found = ()
-        problems.append(f"attributor plugins could not be listed: {type(exc).__name__}: {exc}")
-    for ep in found:
-        dist = getattr(getattr(ep, "dist", None), "name", None) or "an unknown package"
-        if ep.name in BUILTIN and dist != "gpuops" and ep.value != BUILTIN[ep.name]:
-            problems.append(
-                f"{dist} registers an attributor named {ep.name!r} ({ep.value}), the name of a "
-                "built-in one; it is ignored"
-            )
-            continue
-        if ep.name in targets and targets[ep.name] != ep.value:
-            problems.append(
-                f"attributor {ep.name!r} is registered twice, by {origin[ep.name]} "
-                f"({targets[ep.name]}) and by {dist} ({ep.value}); using the first"
-            )
-            continue
-        targets[ep.name] = ep.value
-        origin[ep.name] = dist
-    for name, target in BUILTIN.items():
-        targets.setdefault(name, target)  # no metadata (a copied tree): the built-in table
-    return _Found(targets, tuple(problems))
-
-
-def refresh() -> None:
-    """Forget what was discovered (after installing a plugin in a running process)."""
-    _discover.cache_clear()
-
-
-def available_attributors() -> list[str]:
-    """Names of the attributors that can be used: the built-in ones and installed plugins."""
-    return sorted(_discover().targets)
-
-
 def load_attributor(name: str, settings: Mapping[str, Any] | None = None) -> Attributor:
     """Attributor `name` built with `settings`; raises AttributorError with a one-line reason."""
-    target = _discover().targets.get(name)
+    target = discover().targets.get(name)
     if target is None:
         known = ", ".join(available_attributors())
         raise AttributorError(f"unknown attributor {name!r} (available: {known})")
@@ -238,7 +177,7 @@ class AttributionChain:
     ) -> AttributionChain:
         """The chain of fleet.yaml's `attribution:` (`order` None: the default order). Names that
         cannot be loaded are reported once and left out."""
-        found = _discover()
+        found = discover()
         loaded: list[tuple[str, Attributor]] = []
         problems: list[str] = list(found.problems)
         settings = settings or {}

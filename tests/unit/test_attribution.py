@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuops import attributors
 from gpuops.core.model import Gpu, GpuInfo, GpuProcess, GpuSample, NodeSample
 from gpuops.fleet.source import LIVE, FleetSnapshot, NodeView
 from gpuops.spec import Fleet, SpecError, parse_fleet
@@ -287,10 +288,10 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-attributors\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text(ENTRY_POINTS)
     monkeypatch.syspath_prepend(str(tmp_path))
-    attribution_module.refresh()
+    attributors.refresh()
     yield tmp_path
     monkeypatch.delitem(__import__("sys").modules, "demo_attributors", raising=False)
-    attribution_module.refresh()
+    attributors.refresh()
 
 
 @pytest.mark.usefixtures("plugins")

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gpuops import attributors
 from gpuops.core.model import GpuProcess
 from gpuops.spec import Fleet, SpecError, parse_fleet
 from gpuops.tenancy import AttributionChain, AttributionContext, available_attributors, load_attributor
@@ -86,9 +87,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def plugin(installed: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.syspath_prepend(str(installed))
     monkeypatch.setattr(attribution_module, "_reported", set())
-    attribution_module.refresh()
+    attributors.refresh()
     yield installed
-    attribution_module.refresh()
+    attributors.refresh()
 
 
 @pytest.fixture
@@ -208,7 +209,7 @@ def test_bad_settings_are_reported_and_the_plugin_left_out(
 
 
 def test_fleet_yaml_naming_it_needs_it_installed(pods: Path) -> None:
-    attribution_module.refresh()
+    attributors.refresh()
     with pytest.raises(SpecError, match=r"attribution\.order\[1\]: unknown attributor 'kubernetes'"):
         fleet_with(pods)
 

@@ -64,6 +64,10 @@ def test_the_tree_keeps_its_contracts(tree: Path) -> None:
         ("gpuops/fleet/leak.py", "from gpuops.simfleet.source import SimSource\n", "operator layers"),
         ("gpuops/tenancy/leak.py", "from gpuops.simfleet import SimFleetPlan\n", "operator layers"),
         ("gpuops/tui/leak.py", "from gpuops.simfleet import launch\n", "operator layers"),
+        # spec/ checks attributor names against the registry below it, not against tenancy/
+        ("gpuops/spec/leak.py", "from gpuops.tenancy import load_attributor\n", "operator layers"),
+        ("gpuops/attributors.py", "from gpuops.spec import Fleet\n", "operator layers"),
+        ("gpuops/core/leak.py", "from gpuops.attributors import BUILTIN\n", "core/ is the base"),
     ],
 )
 def test_a_layer_violation_fails_the_lint(tree: Path, module: str, line: str, contract: str) -> None:
