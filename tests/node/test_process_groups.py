@@ -19,7 +19,7 @@ import pytest
 
 from gpuops.core.codec import DecodeError, from_json, to_json
 from gpuops.core.model import GpuProcess, NodeSample
-from gpuops.node.backends.nvml import MAX_PROCESS_GROUPS, read_cgroup, read_gids
+from gpuops.node.backends.nvml.processes import MAX_PROCESS_GROUPS, read_cgroup, read_gids
 from gpuops.node.backends.sim import SimBackend
 from gpuops.node.sim.spec import SpecError, parse_spec
 from tests.fakes.nvml_fake import GiB, gpu, run_backend
