@@ -18,10 +18,10 @@ import pytest
 from rich.console import Console
 from textual.pilot import Pilot
 
+from gpuops import attributors
 from gpuops.fleet.source import LIVE, FleetEvent, FleetSnapshot, NodeView
 from gpuops.node.backends.sim import SimBackend
 from gpuops.spec import parse_fleet
-from gpuops.tenancy import attribution as attribution_module
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.screens.detail import DetailScreen
@@ -93,9 +93,9 @@ def services_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
         "[gpuops.attributors]\nservices = tui_services_attributor:Services\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    attribution_module.refresh()
+    attributors.refresh()
     yield
-    attribution_module.refresh()
+    attributors.refresh()
 
 
 class OneNode:

@@ -13,9 +13,9 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
+from gpuops import attributors
 from gpuops.fleet.source import FleetEvent
 from gpuops.spec import parse_fleet
-from gpuops.tenancy import attribution as attribution_module
 from gpuops.tenancy.ownership import Ownership
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.screens.events import EventsScreen
@@ -51,9 +51,9 @@ def broken_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tui-broken-attributor\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[gpuops.attributors]\nbroken = tui_broken_attributor:Broken\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    attribution_module.refresh()
+    attributors.refresh()
     yield
-    attribution_module.refresh()
+    attributors.refresh()
 
 
 @pytest.mark.usefixtures("broken_plugin")
