@@ -112,7 +112,7 @@ def run_tui(
     pool = None
     if fleet_file is not None:
         # The Pool screen's source brings the planner (and the spec): only with a fleet.yaml.
-        from gpuops.tenancy.pool_change import PoolSource
+        from gpuops.views.pool import PoolSource
 
         pool = PoolSource(fleet_file)
     app = GpuopsApp(Feed(source, ownership), readonly=readonly, handle_signals=True, tune_gc=True, pool=pool)

@@ -35,7 +35,7 @@ from gpuops.views.feed import Feed, FleetState
 from gpuops.views.filter import FilterError, parse_filter
 
 if TYPE_CHECKING:
-    from gpuops.tenancy.pool_change import PoolSource
+    from gpuops.views.pool import PoolSource
 
 VIEW_ALIASES = {
     "gpus": "gpus",

@@ -10,13 +10,12 @@ from textual.containers import Horizontal
 from textual.suggester import SuggestFromList
 from textual.widgets import Input, Label, Static
 
-from gpuops.tenancy.ownership import UNOWNED
 from gpuops.tui import render
 from gpuops.views.cells import EMPTY_MIG, FREE, LOST, SLICE, Cell
 from gpuops.views.grid import Totals
 from gpuops.views.nodes import NodeRow
 from gpuops.views.status import FleetStatus
-from gpuops.views.tenants import TenantRow
+from gpuops.views.tenants import TenantRow, team_label
 
 VIEWS = ("gpus", "nodes", "tenants", "processes", "events", "pool")
 COMMANDS = ("gpus", "nodes", "tenants", "processes", "events", "pool", "help", "quit", "q")
@@ -382,7 +381,7 @@ class TeamHeader(Static):
     def _chip(t: TenantRow) -> Text:
         """A team: its silo's busy and idle capacity, what it borrows; a pool: the same of its GPUs."""
         chip = Text()
-        name = t.team if t.team != UNOWNED else "unowned"
+        name = team_label(t.team)
         chip.append(name, style=f"bold {render.POOL_COLOR}" if t.pool is not None else "bold #87afd7")
         if t.silo or not t.pooled:
             busy = max(0.0, t.silo - t.unknown - t.idle)

@@ -1,13 +1,15 @@
 """View models: what every screen and CLI table shows, computed from a fleet snapshot; pure
-functions, no I/O, no widgets.
+functions, no I/O (the two screen models below excepted), no widgets.
 
 The TUI's widgets only draw what these functions return, so every figure can be tested without a
 terminal and the CLI can reuse them. One module per screen family: `cells` and `grid` (the
 fleet grid), `nodes` (node rows and the CLI's per-node summary), `tenants` and `tenant_history`,
 `teams` (the CLI's per-team table), `events`, `status` (the status line), `detail` (node and GPU
 detail), `filter` (the `/` filter), `format` (numbers with units), `common` (what they share).
-`feed` turns a fleet source's snapshots (`gpuops.fleet.source`) into the immutable `FleetState`
-every live screen draws, with these functions.
+Two screen models drive them: `feed` turns a fleet source's snapshots (`gpuops.fleet.source`)
+into the immutable `FleetState` every live screen draws, and `pool` is the Pool screen's (a pool
+change from evidence to applied, through tenancy/ and plan/: the one view model that reads nodes
+and writes fleet.yaml, step by step in the screen's workers).
 
 Definitions (also in docs/tui.md):
 

@@ -11,6 +11,11 @@ from gpuops.views.filter import Filter
 from gpuops.views.gpus import TeamAcc, node_facts, process_memory, weights
 
 
+def team_label(team: str) -> str:
+    """A team as the tables name it: the row of GPUs nobody owns reads `unowned`."""
+    return "unowned" if team == UNOWNED else team
+
+
 @dataclass(frozen=True)
 class TenantRow:
     """A team now: what it owns, what it uses (anywhere) and what of its own lies idle. A pool of

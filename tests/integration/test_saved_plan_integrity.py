@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gpuops.simfleet import Launched, launch, stop
-from gpuops.tenancy.pool_change import write_fleet
+from gpuops.views.pool import write_fleet
 from tests.integration.test_plan_apply import carve_file, discover, gpuops, mig_entry, mig_of
 
 pytestmark = pytest.mark.timeout(300)

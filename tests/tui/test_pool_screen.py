@@ -6,7 +6,7 @@ loopback (7 days of history per node, recorded and served by each node's agent):
 of the idle robotics silo, move them into the pool, review the plan, confirm, and see the new
 layout — in the screen, in fleet.yaml and in the limiter table the node's agent reports — then
 move one back. --readonly refuses moving and applying. The steps below the screen
-(`gpuops.tenancy.pool_change`) are tested on a small fleet.yaml with hand-made evidence.
+(`gpuops.views.pool`) are tested on a small fleet.yaml with hand-made evidence.
 """
 
 from __future__ import annotations
@@ -32,7 +32,16 @@ from gpuops.plan.live import NodeLive, read_live
 from gpuops.simfleet import Launched, launch, stop
 from gpuops.spec import load_fleet, parse_fleet
 from gpuops.tenancy.accounting import Evidence, team_sides
-from gpuops.tenancy.pool_change import (
+from gpuops.tenancy.rebalance import GpuRef, without
+from gpuops.tui.app import GpuopsApp
+from gpuops.tui.keys import GLOBAL_KEYS
+from gpuops.tui.screens.confirm import ConfirmScreen
+from gpuops.tui.screens.help import HelpScreen
+from gpuops.tui.screens.pool import PoolScreen
+from gpuops.tui.table import LiveTable
+from gpuops.tui.widgets import StatusBar, TopBar
+from gpuops.views.feed import Feed
+from gpuops.views.pool import (
     DEFAULT_WINDOW,
     Applied,
     PoolError,
@@ -45,15 +54,6 @@ from gpuops.tenancy.pool_change import (
     pool_gpus,
     write_fleet,
 )
-from gpuops.tenancy.rebalance import GpuRef, without
-from gpuops.tui.app import GpuopsApp
-from gpuops.tui.keys import GLOBAL_KEYS
-from gpuops.tui.screens.confirm import ConfirmScreen
-from gpuops.tui.screens.help import HelpScreen
-from gpuops.tui.screens.pool import PoolScreen
-from gpuops.tui.table import LiveTable
-from gpuops.tui.widgets import StatusBar, TopBar
-from gpuops.views.feed import Feed
 from tests.tenancy_helpers import NOW, steady_evidence
 
 SIZE = (160, 60)

@@ -15,11 +15,11 @@ from textual.widgets import Static
 
 from gpuops.cli.tui import fleet_source
 from gpuops.simfleet import Launched, launch, stop
-from gpuops.tenancy.pool_change import PoolSource, PoolView
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.screens.pool import PoolScreen
 from gpuops.tui.table import LiveTable
 from gpuops.views.feed import Feed
+from gpuops.views.pool import PoolSource, PoolView
 from tests.tui.test_pool_screen import open_pool, own_copy, pool_app, run, settled, status, text_of
 from tests.tui.test_sizes import screen_lines
 

@@ -20,7 +20,7 @@ from tests.agent_helpers import REPO
 
 pytestmark = pytest.mark.timeout(120)
 
-HEAVY = ("pydantic", "ruamel.yaml", "gpuops.spec", "gpuops.plan", "gpuops.tenancy.pool_change")
+HEAVY = ("pydantic", "ruamel.yaml", "gpuops.spec", "gpuops.plan", "gpuops.views.pool")
 
 RUN = """
 import asyncio, json, sys

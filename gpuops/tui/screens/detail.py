@@ -18,7 +18,6 @@ from textual.widgets import Static
 from gpuops.core.model import Gpu, HealthEvent
 from gpuops.core.vendor import runtime_name, unit_name
 from gpuops.fleet.source import LIVE, NodeView
-from gpuops.tenancy.ownership import Ownership
 from gpuops.tui import render
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
@@ -226,16 +225,10 @@ def health_rows(
     return rows
 
 
-def gpu_panel(
-    view: NodeView,
-    gpu: Gpu | None,
-    ownership: Ownership,
-    history: GpuHistory | None = None,
-    events: tuple[tuple[str, HealthEvent], ...] = (),
-    width: int = 200,
-) -> RichGroup:
+def gpu_panel(view: NodeView, gpu: Gpu | None, state: FleetState, width: int = 200) -> RichGroup:
     """The selected GPU's facts, health, trends and MIG layout in `width` cells: its header
     lines and the MIG layout never wrap (they are laid out for the width)."""
+    ownership, history, events = state.ownership, state.gpu_history, state.health
     if gpu is None:
         return RichGroup(Text("No GPU selected (no data from this node yet).", style="dim"))
     parts: list[object] = []
@@ -390,7 +383,7 @@ class DetailScreen(ViewScreen):
         gpus = _gpus(view)
         if self.gpu_index is None and gpus:
             self.gpu_index = gpus[0].info.index
-        rows: list[Row] = [(str(g.info.index), self._gpu_cells(view, g, state.ownership)) for g in gpus]
+        rows: list[Row] = [(str(g.info.index), self._gpu_cells(view, g, state)) for g in gpus]
         table = self.query_one("#gpu-table", LiveTable)
         table.set_rows(rows)
         if self.gpu_index is not None:
@@ -398,12 +391,12 @@ class DetailScreen(ViewScreen):
         selected = find_gpu(view, self.gpu_index) if self.gpu_index is not None else None
         panel = self.query_one("#gpu-panel", Static)
         width = panel.size.width or max(40, self.size.width - 4)
-        panel.update(gpu_panel(view, selected, state.ownership, state.gpu_history, state.health, width))
+        panel.update(gpu_panel(view, selected, state, width))
         self._processes(state, view)
         self.draw_bars()
 
     @staticmethod
-    def _gpu_cells(view: NodeView, gpu: Gpu, ownership: Ownership) -> tuple[Cell, ...]:
+    def _gpu_cells(view: NodeView, gpu: Gpu, state: FleetState) -> tuple[Cell, ...]:
         s = gpu.sample
         mig = "-"
         if gpu.mig is not None:
@@ -413,7 +406,7 @@ class DetailScreen(ViewScreen):
         return (
             str(gpu.info.index),
             short_model(gpu.info.name),
-            ownership.owner(view, gpu) or "-",
+            state.ownership.owner(view, gpu) or "-",
             fmt.percent(s.utilization_gpu_percent) if s else "-",
             fmt.memory_usage(s.memory_used_bytes, s.memory_total_bytes) if s else "-",
             fmt.watts(s.power_watts) if s else "-",

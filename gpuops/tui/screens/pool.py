@@ -4,7 +4,7 @@ and its plan (what `gpuops plan` prints); apply it after confirmation, then see 
 
 The figures come from the nodes' history over a window (1h, 24h, 7d), not from the live feed;
 reading histories and plans takes seconds, so every step runs in a worker and the screen says
-what it is waiting for. The logic lives in `gpuops.tenancy.pool_change`; this module only draws and
+what it is waiting for. The logic lives in `gpuops.views.pool`; this module only draws and
 dispatches keys. Moving and applying are refused under --readonly; the planner's proposal and
 its plan can still be looked at.
 """
@@ -26,21 +26,6 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from gpuops.core.model import NotAvailable
-from gpuops.tenancy.accounting import TeamSide
-from gpuops.tenancy.ownership import UNOWNED
-from gpuops.tenancy.pool_change import (
-    DEFAULT_WINDOW,
-    WINDOWS,
-    Applied,
-    Draft,
-    PoolError,
-    PoolGpu,
-    PoolSource,
-    PoolView,
-    Review,
-    parse_key,
-)
-from gpuops.tenancy.rebalance import GpuKey, GpuRef
 from gpuops.tui import render
 from gpuops.tui.changes import APPLY, MOVE_BACK, MOVE_IN, POOL_CHANGES
 from gpuops.tui.keys import TABLE_KEYS, Key
@@ -50,6 +35,24 @@ from gpuops.tui.table import GAP, Cell, Column, LiveTable, Row, column_widths, t
 from gpuops.tui.widgets import whole_parts
 from gpuops.views.common import short_model
 from gpuops.views.feed import FleetState
+from gpuops.views.pool import (
+    DEFAULT_WINDOW,
+    WINDOWS,
+    Applied,
+    Draft,
+    GpuKey,
+    PoolError,
+    PoolGpu,
+    PoolSource,
+    PoolView,
+    Review,
+    TeamSide,
+    known_gpus,
+    parse_key,
+    team_order,
+    total_side,
+)
+from gpuops.views.tenants import team_label
 
 log = logging.getLogger("gpuops.tui")
 
@@ -461,9 +464,9 @@ class PoolScreen(ViewScreen):
         draft = self.draft
         before = {t.team: t for t in view.teams}
         after = {t.team: t for t in draft.teams} if draft is not None else {}
-        names = sorted(set(before) | set(after), key=lambda t: (t in (UNOWNED, "-"), t))
-        total_before = _total(list(before.values()))
-        total_after = _total(list(after.values())) if draft is not None else None
+        names = sorted(set(before) | set(after), key=team_order)
+        total_before = total_side(list(before.values()))
+        total_after = total_side(list(after.values())) if draft is not None else None
 
         def rows_of(fields: tuple[str, ...], arrow: str) -> list[Row]:
             rows: list[Row] = []
@@ -505,7 +508,7 @@ class PoolScreen(ViewScreen):
                 return Text(_gpus(float(new)), style=style if float(new) >= 0.05 else "")
             return Text(f"{_gpus(float(old))}{arrow}{_gpus(float(new))}", style=CHANGED)
 
-        name = team if team != UNOWNED else "unowned"
+        name = team_label(team)
         cells: list[Cell] = [Text(name, style="bold" if not bold else "bold italic")]
         for attr in fields:
             if attr == "|":
@@ -546,7 +549,7 @@ class PoolScreen(ViewScreen):
         for g in self._sorted(view.gpus):
             new = draft.where.get(g.key, g.pool) if draft is not None else g.pool
             where = self._in_text(g.pool, new)
-            users = ", ".join(f"{t if t != UNOWNED else 'unowned'} {v:.0%}" for t, v in g.users[:3])
+            users = ", ".join(f"{team_label(t)} {v:.0%}" for t, v in g.users[:3])
             if len(g.users) > 3:
                 users += f" +{len(g.users) - 3}"
             if self.filter is not None:
@@ -740,15 +743,6 @@ class PoolScreen(ViewScreen):
 
         self._start(what, job, restart=True)
 
-    def _known(self) -> list[GpuRef]:
-        state = self.state or self.gapp.fleet_state
-        refs = []
-        if state is not None:
-            for node in state.snapshot.nodes:
-                for gpu in node.inventory.gpus if node.inventory is not None else ():
-                    refs.append(GpuRef(node.name, gpu.info.index, gpu.info.uuid, gpu.info.name))
-        return refs
-
     def _chosen(self) -> list[GpuKey]:
         """The marked GPUs, else the one under the cursor."""
         if self.marked:
@@ -770,7 +764,8 @@ class PoolScreen(ViewScreen):
         current = self.draft
         join = chosen if action == MOVE_IN else []
         leave = chosen if action == MOVE_BACK else []
-        known = self._known()
+        state = self.state or self.gapp.fleet_state
+        known = known_gpus(state.snapshot) if state is not None else []
         what = "into the pool" if action == MOVE_IN else "back to the silos"
 
         async def job() -> None:
@@ -958,21 +953,6 @@ class PoolScreen(ViewScreen):
     def _selected(self, event: LiveTable.RowSelected) -> None:
         node, index = parse_key(event.key)
         self.gapp.open_detail(node, index)
-
-
-def _total(rows: list[TeamSide]) -> TeamSide:
-    return TeamSide(
-        team="all teams",
-        silo_gpus=sum(r.silo_gpus for r in rows),
-        silo_used=sum(r.silo_used for r in rows),
-        silo_idle=sum(r.silo_idle for r in rows),
-        pool_gpus=sum(r.pool_gpus for r in rows),
-        guaranteed=sum(r.guaranteed for r in rows),
-        pool_used=sum(r.pool_used for r in rows),
-        pool_idle=sum(r.pool_idle for r in rows),
-        borrowed=sum(r.borrowed for r in rows),
-        p95=0.0,
-    )
 
 
 __all__ = ["CHANGES", "PoolScreen"]

@@ -11,7 +11,6 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Static
 
-from gpuops.tenancy.ownership import UNOWNED
 from gpuops.tui import render
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
@@ -19,6 +18,7 @@ from gpuops.tui.table import Column, LiveTable, Row
 from gpuops.tui.widgets import whole_parts
 from gpuops.views.feed import FleetState
 from gpuops.views.processes import NOT_SENT, sort_processes
+from gpuops.views.tenants import team_label
 
 COLUMNS = (
     Column("PID", "pid", "right"),
@@ -112,7 +112,7 @@ class ProcessesScreen(ViewScreen):
                     (
                         str(p.pid),
                         p.user or "?",
-                        Text(p.team if p.team != UNOWNED else "unowned", style="bold"),
+                        Text(team_label(p.team), style="bold"),
                         p.node,
                         str(p.gpu),
                         mig,

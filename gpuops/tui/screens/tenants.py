@@ -11,7 +11,6 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Static
 
-from gpuops.tenancy.ownership import UNOWNED
 from gpuops.tui import render
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
@@ -19,7 +18,7 @@ from gpuops.tui.table import Cell, Column, LiveTable, Row
 from gpuops.tui.widgets import flow_parts
 from gpuops.views.feed import FLEET_WIDE, FleetState
 from gpuops.views.tenant_history import TenantHistory
-from gpuops.views.tenants import TenantRow, sort_tenants
+from gpuops.views.tenants import TenantRow, sort_tenants, team_label
 
 COLUMNS = (
     Column("Team", "team"),
@@ -158,7 +157,7 @@ class TenantsScreen(ViewScreen):
             return Text(render.gpus(value), style=style if value >= 0.05 else "")
 
         idle_style = "bold #ffd75f"
-        name = r.team if r.team != UNOWNED else "unowned"
+        name = team_label(r.team)
         return (
             Text(name, style=f"bold {render.POOL_COLOR}" if r.pool is not None else "bold"),
             str(r.owned) + (f" ({r.unknown}?)" if r.unknown else ""),

@@ -2,6 +2,8 @@
 history, a change to the pool (GPUs moved in or out by hand, or the planner's proposal) as a new
 fleet.yaml, its plan, and applying it. The Pool screen (tui/screens/pool.py) shows and drives it.
 
+The Pool screen's model, as the feed (views/feed.py) is the live screens': the screen imports
+only this (and the other view models), never tenancy/ or plan/ (import-linter's `tui` contract).
 Nothing here draws or knows Textual; the screen runs each step in a worker. Every step that reads
 nodes is a coroutine; the computing parts (evidence, the planner, YAML) run in a thread so that a
 big fleet does not stall the screen. An expected failure is a `PoolError` with one line for a
@@ -41,6 +43,7 @@ from gpuops.core.atomic_file import atomic_write
 from gpuops.core.history import History
 from gpuops.core.model import Gpu
 from gpuops.core.units import format_bytes, format_percent
+from gpuops.fleet.source import FleetSnapshot
 from gpuops.fleet.targets import node_targets
 from gpuops.plan.apply import CHANGED, PARTIAL, UNCHANGED, NodeResult, apply_fleet
 from gpuops.plan.diff import make_plan
@@ -61,7 +64,9 @@ from gpuops.tenancy.accounting import (
     team_sides,
     weighted_mean,
 )
+from gpuops.tenancy.attribution import UNATTRIBUTED
 from gpuops.tenancy.gather import no_history, read_histories
+from gpuops.tenancy.ownership import UNOWNED
 from gpuops.tenancy.rebalance import (
     GpuKey,
     GpuRef,
@@ -229,6 +234,37 @@ def pool_gpus(evidence: Evidence) -> tuple[PoolGpu, ...]:
             )
         )
     return tuple(out)
+
+
+def team_order(team: str) -> tuple[bool, str]:
+    """Teams by name, the unowned and the unattributed last."""
+    return (team in (UNOWNED, UNATTRIBUTED), team)
+
+
+def total_side(rows: Sequence[TeamSide]) -> TeamSide:
+    """The teams' figures added up (the 'all teams' line); percentiles do not add up: p95 is 0."""
+    return TeamSide(
+        team="all teams",
+        silo_gpus=sum(r.silo_gpus for r in rows),
+        silo_used=sum(r.silo_used for r in rows),
+        silo_idle=sum(r.silo_idle for r in rows),
+        pool_gpus=sum(r.pool_gpus for r in rows),
+        guaranteed=sum(r.guaranteed for r in rows),
+        pool_used=sum(r.pool_used for r in rows),
+        pool_idle=sum(r.pool_idle for r in rows),
+        borrowed=sum(r.borrowed for r in rows),
+        p95=0.0,
+    )
+
+
+def known_gpus(snapshot: FleetSnapshot) -> list[GpuRef]:
+    """Every GPU the live view knows (its nodes' inventories), for a move of GPUs that the window's
+    evidence and the nodes' live state may not list."""
+    refs = []
+    for node in snapshot.nodes:
+        for gpu in node.inventory.gpus if node.inventory is not None else ():
+            refs.append(GpuRef(node.name, gpu.info.index, gpu.info.uuid, gpu.info.name))
+    return refs
 
 
 def carving_text(live: NodeLive, gpu: Gpu) -> str:
@@ -621,14 +657,22 @@ __all__ = [
     "WINDOWS",
     "Applied",
     "Draft",
+    # the types of the figures and keys this model hands out (tenancy/'s), for the screen
+    "GpuKey",
     "PoolError",
     "PoolGpu",
     "PoolSource",
     "PoolView",
     "Review",
+    "TeamSide",
     "carving_text",
     "draft_moves",
     "draft_planner",
     "fleet_text",
+    "key_text",
+    "known_gpus",
+    "parse_key",
+    "team_order",
+    "total_side",
     "write_fleet",
 ]
