@@ -6,30 +6,20 @@ the live GPU agree with it) and leaves the GPU alone otherwise, saying why and w
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpuops.node.state import NodeState
-from gpuops.simfleet import Launched, launch, stop
+from gpuops.simfleet import Launched
+from tests.integration.sim_fixtures import silos_fleet_fixture  # noqa: F401  (fixture `fleet`)
 from tests.integration.test_plan_apply import carve_file, gpuops, mig_entry
 
 pytestmark = pytest.mark.timeout(300)
 
 NODE = "sim-platform-01"
 GPU = 2  # an H100 cut into seven 1g.10gb instances, some of them running processes
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Launched]:
-    directory = tmp_path / "fleet"
-    started = launch(directory, "silos", timeout=60)
-    try:
-        yield started
-    finally:
-        stop(directory)
 
 
 def _discover(fleet: Launched) -> dict[str, Any]:

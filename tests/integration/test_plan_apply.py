@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpuops.node.state import NodeState
-from gpuops.simfleet import Launched, launch, stop
+from gpuops.simfleet import Launched
 from gpuops.simfleet.faults import inject
+from tests.integration.sim_fixtures import silos_fleet_fixture  # noqa: F401  (fixture `fleet`)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -37,16 +37,6 @@ def gpuops(
             **(env or {}),
         },
     )
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Launched]:
-    directory = tmp_path / "fleet"
-    started = launch(directory, "silos", timeout=60)
-    try:
-        yield started
-    finally:
-        stop(directory)
 
 
 def carve_file(fleet: Launched, carve: str, name: str = "carve.yaml", extra_nodes: str = "") -> Path:

@@ -11,30 +11,20 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuops.simfleet import Launched, launch, stop
+from gpuops.simfleet import Launched
 from gpuops.views.pool import write_fleet
+from tests.integration.sim_fixtures import silos_fleet_fixture  # noqa: F401  (fixture `fleet`)
 from tests.integration.test_plan_apply import carve_file, discover, gpuops, mig_entry, mig_of
 
 pytestmark = pytest.mark.timeout(300)
 
 NODE = "sim-robotics-01"
 EXIT_EDITED = 4  # docs/plan.md: a saved plan whose digest does not match its contents
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Launched]:
-    directory = tmp_path / "fleet"
-    started = launch(directory, "silos", timeout=60)
-    try:
-        yield started
-    finally:
-        stop(directory)
 
 
 def gpuops_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

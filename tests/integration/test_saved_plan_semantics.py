@@ -7,13 +7,14 @@ changes anywhere. The real commands (child processes) against the simulated flee
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpuops.simfleet import Launched, launch, stop
+from tests.integration.sim_fixtures import silos_fleet_fixture  # noqa: F401  (fixture `fleet`)
 from tests.integration.test_plan_apply import carve_file, gpuops
 from tests.integration.test_saved_plan_integrity import canonical_digest, instances
 
@@ -34,16 +35,6 @@ CARVE = f"""\
       pinned_memory_limit: 10GiB
       per_tenant: {{robotics: {{active_thread_percentage: 30}}}}
 """
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Launched]:
-    directory = tmp_path / "fleet"
-    started = launch(directory, "silos", timeout=60)
-    try:
-        yield started
-    finally:
-        stop(directory)
 
 
 @pytest.fixture
