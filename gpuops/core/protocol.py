@@ -32,8 +32,9 @@ The ops (`OPS`), each with its arguments' checker below:
   (the id of a watch): what the node has and does, once or as a stream;
 - `config`: the node's MPS daemons and limiter table, for `gpuops plan`;
 - `mig_apply`, `mps_apply`, `limiter_apply`, `partition_apply`: the changes of `gpuops apply`
-  (`mig_apply_args`, `mps_apply_args`, `partition_apply_args`; `LimiterApplyRequest`, a
-  dataclass core/codec.py carries, its checks beside it: `decode_args`);
+  (`MigApplyRequest`, `PartitionApplyRequest`, `MpsApplyRequest`, `LimiterApplyRequest`:
+  dataclasses core/codec.py carries, each with its checks beside it, decoded by the agent with
+  `codec.decode_args`);
 - `history` (resolution "hour" or "minute", since, until, compress: `history_args`): the usage
   buckets the node's recorder kept (docs/history.md), for `gpuops tenants`, `rebalance` and the
   TUI's Pool screen; with `compress: "zlib"` (agents whose hello lists `history-zlib`) the result
@@ -51,6 +52,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from gpuops.core.mig.layout import MigLayout
 from gpuops.core.tenant_table import TenantSpec
 
 PROTOCOL_VERSION = 1
@@ -244,105 +246,104 @@ def watch_rows(args: Dict[str, Any]) -> Optional[Tuple[str, ...]]:
     return tuple(rows)
 
 
-@dataclass(frozen=True)
-class MigChange:
-    gpu: int
-    layout: Any  # a MigLayout (core/mig/layout.py)
-    expect: Optional[str]  # the GPU's fingerprint when the plan was made
-    known_pids: Optional[Tuple[int, ...]] = None  # the processes the plan said it disrupts
-
-
-def mig_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[MigChange, ...], bool, str]:
-    """Validate a mig_apply request: the changes per GPU, whether forced, who asks."""
-    from gpuops.core.mig.layout import MigLayout
-
-    unknown = sorted(set(args) - {"changes", "force", "holder"})
-    if unknown:
-        raise ValueError("unknown argument %r" % unknown[0][:64])
-    changes = args.get("changes")
-    if not isinstance(changes, list) or not 0 < len(changes) <= MAX_CHANGES:
-        raise ValueError("'changes' must be a list of 1 to %d GPU changes" % MAX_CHANGES)
-    out = []
-    seen = set()
-    for n, change in enumerate(changes):
-        if not isinstance(change, dict) or set(change) - {"gpu", "layout", "expect", "known_pids"}:
-            raise ValueError("changes[%d] must be an object with gpu, layout, expect and known_pids" % n)
-        gpu, expect = change.get("gpu"), change.get("expect")
-        if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < 256 or gpu in seen:
-            raise ValueError("changes[%d].gpu must be a GPU index, once" % n)
-        if expect is not None and not (isinstance(expect, str) and len(expect) <= 64):
-            raise ValueError("changes[%d].expect must be a fingerprint string" % n)
-        try:
-            layout = MigLayout.from_json(change.get("layout"))
-        except ValueError as exc:
-            raise ValueError("changes[%d].layout: %s" % (n, exc)) from None
-        known = change.get("known_pids")
-        if known is not None and not (
-            isinstance(known, list)
-            and len(known) <= 4096
-            and all(isinstance(p, int) and not isinstance(p, bool) and 0 < p < 2**31 for p in known)
-        ):
-            raise ValueError("changes[%d].known_pids must be a list of process ids" % n)
-        seen.add(gpu)
-        out.append(MigChange(gpu, layout, expect, tuple(known) if known is not None else None))
-    force, holder = args.get("force", False), args.get("holder", "")
-    if not isinstance(force, bool):
-        raise ValueError("'force' must be true or false")
-    if not isinstance(holder, str) or len(holder) > 200:
-        raise ValueError("'holder' must be a short string")
-    return tuple(out), force, holder
-
+# ---- per-GPU transactions: MIG layouts and partition modes --------------------------------------
+# A change that re-lays a whole GPU (node/transaction.py): the GPU, what it should have, what the
+# plan saw (`expect`: the node refuses the change otherwise) and the processes the plan said it
+# stops (`known_pids`: the node stops no other, even forced). The plan's payload for a GPU is this
+# very change (plan/model.py GpuPlan.mig / .partition); core/codec.py carries it, and `check`.
 
 _COMPUTE_MODE_RE = re.compile(r"^[A-Z]PX\Z")
 _MEMORY_MODE_RE = re.compile(r"^NPS[0-9]\Z")
 
 
+def _check_gpu_change(gpu: int, expect: Optional[str], known_pids: Optional[Tuple[int, ...]]) -> None:
+    if not 0 <= gpu < 256:
+        raise ValueError("must be a GPU index", "gpu")
+    if expect is not None and len(expect) > 64:
+        raise ValueError("must be what the plan saw (at most 64 characters)", "expect")
+    if known_pids is not None and (len(known_pids) > 4096 or not all(0 < p < 2**31 for p in known_pids)):
+        raise ValueError("must be a list of process ids", "known_pids")
+
+
 @dataclass(frozen=True)
-class PartitionChange:
-    """One GPU of a partition_apply request: the modes wanted (None: keep)."""
+class MigChange:
+    """One GPU of a mig_apply request: the MIG layout wanted (explicit placements with compute
+    instances), the GPU's fingerprint when the plan was made (core/mig/layout.py fingerprint)."""
 
     gpu: int
-    compute: Optional[str]
-    memory: Optional[str]
-    expect: Optional[str]  # "SPX/NPS1": the modes when the plan was made; the node refuses otherwise
-    known_pids: Optional[Tuple[int, ...]] = None  # the processes the plan said it stops
+    layout: MigLayout
+    expect: Optional[str] = None
+    known_pids: Optional[Tuple[int, ...]] = None
+
+    _json_unknown = "unknown key"
+
+    def check(self) -> None:
+        _check_gpu_change(self.gpu, self.expect, self.known_pids)
 
 
-def partition_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[PartitionChange, ...], bool, str]:
-    """Validate a partition_apply request: the changes per GPU, whether forced, who asks."""
-    _unknown("", args, ("changes", "force", "holder"))
-    changes = args.get("changes")
-    if not isinstance(changes, list) or not 0 < len(changes) <= MAX_CHANGES:
-        raise ValueError("'changes' must be a list of 1 to %d GPU changes" % MAX_CHANGES)
-    out = []
+@dataclass(frozen=True)
+class PartitionChange:
+    """One GPU of a partition_apply request: the modes wanted (None: keep that one); `expect` the
+    modes when the plan was made ("SPX/NPS1")."""
+
+    gpu: int
+    compute: Optional[str] = None
+    memory: Optional[str] = None
+    expect: Optional[str] = None
+    known_pids: Optional[Tuple[int, ...]] = None
+
+    _json_unknown = "unknown key"
+
+    def check(self) -> None:
+        _check_gpu_change(self.gpu, self.expect, self.known_pids)
+        if self.compute is not None and not _COMPUTE_MODE_RE.match(self.compute):
+            raise ValueError("must be a compute partition mode (SPX, CPX, ...)", "compute")
+        if self.memory is not None and not _MEMORY_MODE_RE.match(self.memory):
+            raise ValueError("must be a memory partition mode (NPS1, NPS4, ...)", "memory")
+        if self.compute is None and self.memory is None:
+            raise ValueError("names neither a compute nor a memory mode")
+
+
+def _check_changes(changes: Tuple[Any, ...], what: str) -> None:
+    if not 0 < len(changes) <= MAX_CHANGES:
+        raise ValueError("must be a list of 1 to %d %s changes" % (MAX_CHANGES, what), "changes")
     seen = set()
     for n, change in enumerate(changes):
-        if not isinstance(change, dict):
-            raise ValueError("changes[%d] must be an object" % n)
-        _unknown("changes[%d]: " % n, change, ("gpu", "compute", "memory", "expect", "known_pids"))
-        gpu, expect = change.get("gpu"), change.get("expect")
-        if not isinstance(gpu, int) or isinstance(gpu, bool) or not 0 <= gpu < 256 or gpu in seen:
-            raise ValueError("changes[%d].gpu must be a GPU index, once" % n)
-        compute, memory = change.get("compute"), change.get("memory")
-        if compute is not None and not (isinstance(compute, str) and _COMPUTE_MODE_RE.match(compute)):
-            raise ValueError("changes[%d].compute must be a compute partition mode (SPX, CPX, ...)" % n)
-        if memory is not None and not (isinstance(memory, str) and _MEMORY_MODE_RE.match(memory)):
-            raise ValueError("changes[%d].memory must be a memory partition mode (NPS1, NPS4, ...)" % n)
-        if compute is None and memory is None:
-            raise ValueError("changes[%d] names neither a compute nor a memory mode" % n)
-        if expect is not None and not (isinstance(expect, str) and len(expect) <= 64):
-            raise ValueError("changes[%d].expect must be the modes the plan saw (SPX/NPS1)" % n)
-        known = change.get("known_pids")
-        if known is not None and not (
-            isinstance(known, list)
-            and len(known) <= 4096
-            and all(_is_int(p) and 0 < p < 2**31 for p in known)
-        ):
-            raise ValueError("changes[%d].known_pids must be a list of process ids" % n)
-        seen.add(gpu)
-        out.append(PartitionChange(gpu, compute, memory, expect, tuple(known) if known is not None else None))
-    force, holder = _force_holder(args)
-    return tuple(out), force, holder
+        if change.gpu in seen:
+            raise ValueError("GPU %d is changed twice: each GPU once" % change.gpu, "changes", n, "gpu")
+        seen.add(change.gpu)
+
+
+@dataclass(frozen=True)
+class MigApplyRequest:
+    """The args of a mig_apply request: per-GPU MIG changes, each a transaction on the node
+    (node/mig_apply.py), whether forced (processes in the way are ended), who asks."""
+
+    changes: Tuple[MigChange, ...]
+    force: bool = False
+    holder: str = ""
+
+    _json_unknown = "unknown argument"
+
+    def check(self) -> None:
+        _check_changes(self.changes, "GPU")
+        _check_holder(self.holder)
+
+
+@dataclass(frozen=True)
+class PartitionApplyRequest:
+    """The args of a partition_apply request: per-GPU partition mode changes, each a transaction
+    on the node (node/partition_apply.py), whether forced, who asks."""
+
+    changes: Tuple[PartitionChange, ...]
+    force: bool = False
+    holder: str = ""
+
+    _json_unknown = "unknown argument"
+
+    def check(self) -> None:
+        _check_changes(self.changes, "GPU")
+        _check_holder(self.holder)
 
 
 _DEVICE_RE = re.compile(r"^(GPU|MIG)-[A-Za-z0-9/_.-]{1,120}\Z")
@@ -352,26 +353,183 @@ _GPU_REF_RE = re.compile(r"^[A-Za-z0-9_./:-]{1,128}\Z")
 _MAX_BYTES = 1 << 60
 
 
+# ---- MPS: a daemon per GPU or MIG device -------------------------------------------------------
+# The plan's MPS payload for a GPU is `MpsSettings`: what every daemon of the GPU should run with;
+# the devices are known at apply time (after a MIG change made them), and each daemon's
+# `MpsChange` of the mps_apply request is `MpsSettings.change` for it. core/codec.py carries all
+# three with `check` beside each.
+
+MIB = 1 << 20
+
+
+def _check_percentage(value: Optional[int], *where: Any) -> None:
+    if value is not None and not 1 <= value <= 100:
+        raise ValueError("must be a whole percentage from 1 to 100, or null", *where)
+
+
+def _check_pinned(value: Optional[int], *where: Any) -> None:
+    if value is not None and not MIB <= value <= _MAX_BYTES:
+        raise ValueError("must be a number of bytes (at least %d), or null" % MIB, *where)
+
+
+def _check_directory(value: str, *where: Any) -> None:
+    if (
+        not value.startswith("/")
+        or len(value) > 255
+        or not value.isprintable()
+        or value.rstrip("/") == ""
+        or any(part in (".", "..") for part in value.split("/"))
+    ):
+        raise ValueError("must be an absolute path without '.' or '..' (at most 255 characters)", *where)
+
+
 @dataclass(frozen=True)
 class MpsTenant:
+    """A team's MPS values, for the MPS servers of its unix users."""
+
     name: str
-    users: Tuple[str, ...]  # unix user names whose MPS servers get these values
-    active_thread_percentage: Optional[int]  # None: the device's default
-    pinned_memory_limit: Optional[int]  # bytes; None: the device's default
+    users: Tuple[str, ...] = ()  # unix user names whose MPS servers get these values (once each)
+    active_thread_percentage: Optional[int] = None  # None: the device's default
+    pinned_memory_limit: Optional[int] = None  # bytes; None: the device's default
+
+    _json_unknown = "unknown key"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "users", tuple(dict.fromkeys(self.users)))
+
+    def check(self) -> None:
+        if not _TENANT_RE.match(self.name):
+            raise ValueError("must be a tenant name (letters, digits, '.', '_', '-')", "name")
+        if len(self.users) > MAX_USERS:
+            raise ValueError("must be a list of at most %d user names" % MAX_USERS, "users")
+        for user in self.users:
+            if not _USER_RE.match(user):
+                raise ValueError("%r is not a unix user name" % user[:40], "users")
+        _check_percentage(self.active_thread_percentage, "active_thread_percentage")
+        _check_pinned(self.pinned_memory_limit, "pinned_memory_limit")
+
+
+def _check_tenants(tenants: Tuple[MpsTenant, ...]) -> None:
+    if len(tenants) > MAX_TENANTS:
+        raise ValueError("must be a list of at most %d tenants" % MAX_TENANTS, "tenants")
+    names = set()
+    users: Dict[str, str] = {}
+    for n, tenant in enumerate(tenants):
+        if tenant.name in names:
+            raise ValueError(
+                "tenant %s is listed twice: each tenant once" % tenant.name, "tenants", n, "name"
+            )
+        names.add(tenant.name)
+        for user in tenant.users:
+            if users.get(user, tenant.name) != tenant.name:
+                raise ValueError(
+                    "%s is also a user of tenant %s" % (user, users[user]), "tenants", n, "users"
+                )
+            users[user] = tenant.name
 
 
 @dataclass(frozen=True)
 class MpsChange:
-    """MPS wanted on one device: a GPU (GPU-uuid) or a MIG device (MIG-uuid) of GPU `gpu`."""
+    """MPS wanted on one device: a GPU (GPU-uuid) or a MIG device (MIG-uuid) of GPU `gpu`; its
+    daemon's own pipe and log directories (a trailing / is dropped). `log_directory` may be None
+    when MPS is to be stopped."""
 
     gpu: int
     device: str
     enabled: bool
     pipe_directory: str
-    log_directory: str
-    active_thread_percentage: Optional[int]  # None: MPS's default (100)
-    pinned_memory_limit: Optional[int]  # bytes; None: no limit
+    log_directory: Optional[str] = None
+    active_thread_percentage: Optional[int] = None  # None: MPS's default (100)
+    pinned_memory_limit: Optional[int] = None  # bytes; None: no limit
     tenants: Tuple[MpsTenant, ...] = ()
+
+    _json_unknown = "unknown key"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pipe_directory", self.pipe_directory.rstrip("/") or self.pipe_directory)
+        if self.log_directory is not None:
+            object.__setattr__(self, "log_directory", self.log_directory.rstrip("/") or self.log_directory)
+
+    def check(self) -> None:
+        if not 0 <= self.gpu < 256:
+            raise ValueError("must be a GPU index", "gpu")
+        if not _DEVICE_RE.match(self.device):
+            raise ValueError("must be a GPU-... or MIG-... UUID", "device")
+        _check_directory(self.pipe_directory, "pipe_directory")
+        if self.log_directory is not None:
+            _check_directory(self.log_directory, "log_directory")
+        elif self.enabled:
+            raise ValueError("is needed when MPS is enabled", "log_directory")
+        _check_percentage(self.active_thread_percentage, "active_thread_percentage")
+        _check_pinned(self.pinned_memory_limit, "pinned_memory_limit")
+        _check_tenants(self.tenants)
+
+
+@dataclass(frozen=True)
+class MpsApplyRequest:
+    """The args of an mps_apply request: the MPS wanted per device (node/mps_apply.py, each a
+    change of its own), whether forced (clients in the way are ended), who asks."""
+
+    changes: Tuple[MpsChange, ...]
+    force: bool = False
+    holder: str = ""
+
+    _json_unknown = "unknown argument"
+
+    def check(self) -> None:
+        if not 0 < len(self.changes) <= MAX_CHANGES:
+            raise ValueError("must be a list of 1 to %d device changes" % MAX_CHANGES, "changes")
+        devices: Dict[str, int] = {}
+        pipes: Dict[str, int] = {}
+        for n, change in enumerate(self.changes):
+            if change.device in devices:
+                raise ValueError(
+                    "%s is changed twice: each device once" % change.device, "changes", n, "device"
+                )
+            if change.pipe_directory in pipes:
+                raise ValueError(
+                    "%s is given to two devices" % change.pipe_directory, "changes", n, "pipe_directory"
+                )
+            devices[change.device] = pipes[change.pipe_directory] = n
+        _check_holder(self.holder)
+
+
+@dataclass(frozen=True)
+class MpsSettings:
+    """The MPS wanted on every daemon of one GPU: one for the GPU, or one per MIG device
+    (`per_instance`), each in its own pipe and log directory under these (`<dir>/<device>`). The
+    plan's MPS payload for the GPU (plan/model.py); the devices are read at apply time, after any
+    MIG change made them, and each daemon gets `change(gpu, device)`."""
+
+    enabled: bool
+    per_instance: bool
+    pipe_directory: str
+    log_directory: str
+    active_thread_percentage: Optional[int] = None  # None: MPS's default (100)
+    pinned_memory_limit: Optional[int] = None  # bytes; None: no limit
+    tenants: Tuple[MpsTenant, ...] = ()
+
+    _json_unknown = "unknown key"
+
+    def check(self) -> None:
+        _check_directory(self.pipe_directory, "pipe_directory")
+        _check_directory(self.log_directory, "log_directory")
+        _check_percentage(self.active_thread_percentage, "active_thread_percentage")
+        _check_pinned(self.pinned_memory_limit, "pinned_memory_limit")
+        _check_tenants(self.tenants)
+
+    def change(self, gpu: int, device: str) -> MpsChange:
+        """The mps_apply change of the daemon of `device` (GPU-... or MIG-...) of GPU `gpu`."""
+        return MpsChange(
+            gpu=gpu,
+            device=device,
+            enabled=self.enabled,
+            pipe_directory="%s/%s" % (self.pipe_directory, device),
+            log_directory="%s/%s" % (self.log_directory, device),
+            active_thread_percentage=self.active_thread_percentage,
+            pinned_memory_limit=self.pinned_memory_limit,
+            tenants=self.tenants,
+        )
 
 
 def _unknown(where: str, data: Dict[str, Any], known: Tuple[str, ...]) -> None:
@@ -384,155 +542,6 @@ def _unknown(where: str, data: Dict[str, Any], known: Tuple[str, ...]) -> None:
 def _check_holder(holder: str) -> None:
     if len(holder) > 200:
         raise ValueError("must be a short string", "holder")
-
-
-def _force_holder(args: Dict[str, Any]) -> Tuple[bool, str]:
-    force, holder = args.get("force", False), args.get("holder", "")
-    if not isinstance(force, bool):
-        raise ValueError("'force' must be true or false")
-    if not isinstance(holder, str) or len(holder) > 200:
-        raise ValueError("'holder' must be a short string")
-    return force, holder
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _opt_percentage(value: Any, where: str) -> Optional[int]:
-    if value is None:
-        return None
-    if not _is_int(value) or not 1 <= value <= 100:
-        raise ValueError("%s must be a whole percentage from 1 to 100, or null" % where)
-    return int(value)
-
-
-def _opt_bytes(value: Any, where: str, minimum: int = 1) -> Optional[int]:
-    if value is None:
-        return None
-    if not _is_int(value) or not minimum <= value <= _MAX_BYTES:
-        raise ValueError("%s must be a number of bytes (at least %d), or null" % (where, minimum))
-    return int(value)
-
-
-def _directory(value: Any, where: str) -> str:
-    if (
-        not isinstance(value, str)
-        or not value.startswith("/")
-        or len(value) > 255
-        or not value.isprintable()
-        or value.rstrip("/") == ""
-        or any(part in (".", "..") for part in value.split("/"))
-    ):
-        raise ValueError("%s must be an absolute path without '.' or '..' (at most 255 characters)" % where)
-    return value.rstrip("/")
-
-
-def _mps_tenants(value: Any, where: str) -> Tuple[MpsTenant, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or len(value) > MAX_TENANTS:
-        raise ValueError("%s must be a list of at most %d tenants" % (where, MAX_TENANTS))
-    out = []
-    names = set()
-    users_seen: Dict[str, str] = {}
-    for n, item in enumerate(value):
-        at = "%s[%d]" % (where, n)
-        if not isinstance(item, dict):
-            raise ValueError(
-                "%s must be an object with name, users, active_thread_percentage and pinned_memory_limit" % at
-            )
-        _unknown(at + ": ", item, ("name", "users", "active_thread_percentage", "pinned_memory_limit"))
-        name = item.get("name")
-        if not isinstance(name, str) or not _TENANT_RE.match(name) or name in names:
-            raise ValueError("%s.name must be a tenant name (letters, digits, '.', '_', '-'), once" % at)
-        users = item.get("users", [])
-        if not isinstance(users, list) or len(users) > MAX_USERS:
-            raise ValueError("%s.users must be a list of at most %d user names" % (at, MAX_USERS))
-        for u in users:
-            if not isinstance(u, str) or not _USER_RE.match(u):
-                raise ValueError("%s.users: %r is not a unix user name" % (at, str(u)[:40]))
-            if u in users_seen and users_seen[u] != name:
-                raise ValueError("%s.users: %s is also a user of tenant %s" % (at, u, users_seen[u]))
-            users_seen[u] = name
-        names.add(name)
-        out.append(
-            MpsTenant(
-                name=name,
-                users=tuple(dict.fromkeys(users)),
-                active_thread_percentage=_opt_percentage(
-                    item.get("active_thread_percentage"), at + ".active_thread_percentage"
-                ),
-                pinned_memory_limit=_opt_bytes(
-                    item.get("pinned_memory_limit"), at + ".pinned_memory_limit", 1 << 20
-                ),
-            )
-        )
-    return tuple(out)
-
-
-_MPS_KEYS = (
-    "gpu",
-    "device",
-    "enabled",
-    "pipe_directory",
-    "log_directory",
-    "active_thread_percentage",
-    "pinned_memory_limit",
-    "tenants",
-)
-
-
-def mps_apply_args(args: Dict[str, Any]) -> Tuple[Tuple[MpsChange, ...], bool, str]:
-    """Validate an mps_apply request: the MPS wanted per device, whether forced, who asks."""
-    _unknown("", args, ("changes", "force", "holder"))
-    changes = args.get("changes")
-    if not isinstance(changes, list) or not 0 < len(changes) <= MAX_CHANGES:
-        raise ValueError("'changes' must be a list of 1 to %d device changes" % MAX_CHANGES)
-    out: List[MpsChange] = []
-    devices = set()
-    pipes = set()
-    for n, change in enumerate(changes):
-        at = "changes[%d]" % n
-        if not isinstance(change, dict):
-            raise ValueError("%s must be an object with %s" % (at, ", ".join(_MPS_KEYS)))
-        _unknown(at + ": ", change, _MPS_KEYS)
-        gpu = change.get("gpu")
-        if not isinstance(gpu, int) or isinstance(gpu, bool) or not 0 <= gpu < 256:
-            raise ValueError("%s.gpu must be a GPU index" % at)
-        device = change.get("device")
-        if not isinstance(device, str) or not _DEVICE_RE.match(device) or device in devices:
-            raise ValueError("%s.device must be a GPU-... or MIG-... UUID, once" % at)
-        enabled = change.get("enabled")
-        if not isinstance(enabled, bool):
-            raise ValueError("%s.enabled must be true or false" % at)
-        pipe = _directory(change.get("pipe_directory"), at + ".pipe_directory")
-        if pipe in pipes:
-            raise ValueError("%s.pipe_directory %s is given to two devices" % (at, pipe))
-        log_value = change.get("log_directory")
-        if log_value is None and enabled:
-            raise ValueError("%s.log_directory is needed when MPS is enabled" % at)
-        log = "" if log_value is None else _directory(log_value, at + ".log_directory")
-        devices.add(device)
-        pipes.add(pipe)
-        out.append(
-            MpsChange(
-                gpu=gpu,
-                device=device,
-                enabled=enabled,
-                pipe_directory=pipe,
-                log_directory=log,
-                active_thread_percentage=_opt_percentage(
-                    change.get("active_thread_percentage"), at + ".active_thread_percentage"
-                ),
-                pinned_memory_limit=_opt_bytes(
-                    change.get("pinned_memory_limit"), at + ".pinned_memory_limit", 1 << 20
-                ),
-                tenants=_mps_tenants(change.get("tenants"), at + ".tenants"),
-            )
-        )
-    force, holder = _force_holder(args)
-    return tuple(out), force, holder
 
 
 @dataclass(frozen=True)

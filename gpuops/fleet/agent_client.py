@@ -310,18 +310,20 @@ class AgentClient:
         return sample
 
     async def mig_apply(
-        self, changes: list[dict[str, Any]], force: bool = False, holder: str = ""
+        self, changes: Sequence[proto.MigChange], force: bool = False, holder: str = ""
     ) -> proto.MigApplyReply:
         """Per-GPU MIG changes, each a transaction on the node (node/mig_apply.py)."""
-        result = await self.request("mig_apply", {"changes": changes, "force": force, "holder": holder})
+        asked = proto.MigApplyRequest(tuple(changes), force, holder)
+        result = await self.request("mig_apply", to_json(asked))
         reply: proto.MigApplyReply = self._decode(proto.MigApplyReply, result)
         return reply
 
     async def partition_apply(
-        self, changes: list[dict[str, Any]], force: bool = False, holder: str = ""
+        self, changes: Sequence[proto.PartitionChange], force: bool = False, holder: str = ""
     ) -> proto.PartitionApplyReply:
         """Per-GPU partition mode changes, each a transaction on the node (node/partition_apply.py)."""
-        result = await self.request("partition_apply", {"changes": changes, "force": force, "holder": holder})
+        asked = proto.PartitionApplyRequest(tuple(changes), force, holder)
+        result = await self.request("partition_apply", to_json(asked))
         reply: proto.PartitionApplyReply = self._decode(proto.PartitionApplyReply, result)
         return reply
 
@@ -456,10 +458,11 @@ class AgentClient:
         return result
 
     async def mps_apply(
-        self, changes: list[dict[str, Any]], force: bool = False, holder: str = ""
+        self, changes: Sequence[proto.MpsChange], force: bool = False, holder: str = ""
     ) -> proto.MpsApplyReply:
         """MPS wanted per device (GPU or MIG device), each a change of its own on the node."""
-        result = await self.request("mps_apply", {"changes": changes, "force": force, "holder": holder})
+        asked = proto.MpsApplyRequest(tuple(changes), force, holder)
+        result = await self.request("mps_apply", to_json(asked))
         reply: proto.MpsApplyReply = self._decode(proto.MpsApplyReply, result)
         return reply
 

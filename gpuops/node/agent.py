@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from gpuops.core.tenant_table import TenantSpec
     from gpuops.node.health import HealthMonitor
     from gpuops.node.mps import MpsControl
+    from gpuops.node.transaction import Kind
 
 log = logging.getLogger("gpuops.agent")
 
@@ -343,112 +344,35 @@ class Agent:
         return proto.event(request_id, "sample", seq, result)
 
     async def _op_mig_apply(self, request: proto.Request) -> None:
-        changes, force, holder = proto.mig_apply_args(request.args)
+        from gpuops.node.mig_apply import MIG_CHANGES
+
+        asked = decode_args(proto.MigApplyRequest, request.op, request.args)
         backend = self._require_backend()
-        result = await self._call(lambda: self._mig_apply(backend, changes, force, holder))
-        await self._send(proto.reply(request.id, mig_apply_reply_json(result)))
-
-    def _mig_apply(
-        self, backend: Backend, changes: Tuple[proto.MigChange, ...], force: bool, holder: str
-    ) -> proto.MigApplyReply:
-        """Under the node lock: first finish what a killed agent left, then each GPU's change,
-        each a transaction of its own (one GPU refused does not stop the others)."""
-        from gpuops.node.mig_apply import ApplyError, apply_layout, recover
-        from gpuops.node.state import LockBusy, NodeState
-
-        state = NodeState(self.state_dir)
-        try:
-            lock = state.lock(holder or "an apply")
-        except LockBusy as exc:
-            raise proto.ProtocolError(proto.BUSY, str(exc)) from None
-        except OSError as exc:
-            raise proto.ProtocolError(proto.INTERNAL, "cannot take the node lock: %s" % exc) from None
-        try:
-            recovery = recover(backend, state)
-            asked = {change.gpu for change in changes}
-            # A refusal of a GPU this apply changes is said in its result; of another, as a note.
-            recovered = [n for n in recovery.notes if n not in recovery.refused.values()] + [
-                line for index, line in sorted(recovery.refused.items()) if index not in asked
-            ]
-            results: List[proto.MigResult] = []
-            for change in changes:
-                refused = recovery.refused.get(change.gpu)
-                if refused is not None:
-                    results.append(proto.MigResult(gpu=change.gpu, ok=False, code="journal", message=refused))
-                    continue
-                expect = change.expect
-                restored = recovery.restored.get(change.gpu)
-                if restored is not None and expect == restored[0]:
-                    # The plan was made from the half-done state this recovery just undid: that
-                    # undoing is the only change since, so the plan still holds from the old layout.
-                    expect = restored[1]
-                try:
-                    results.append(
-                        apply_layout(
-                            backend, state, change.gpu, change.layout, expect, force, change.known_pids
-                        )
-                    )
-                except ApplyError as exc:
-                    results.append(
-                        proto.MigResult(gpu=change.gpu, ok=False, code=exc.code, message=exc.message)
-                    )
-            return proto.MigApplyReply(results=tuple(results), recovered=tuple(recovered))
-        finally:
-            NodeState.unlock(lock)
+        results, recovered = await self._call(lambda: self._transactions(backend, asked, MIG_CHANGES))
+        reply = proto.MigApplyReply(results=tuple(results), recovered=tuple(recovered))
+        await self._send(proto.reply(request.id, mig_apply_reply_json(reply)))
 
     async def _op_partition_apply(self, request: proto.Request) -> None:
-        changes, force, holder = proto.partition_apply_args(request.args)
+        from gpuops.node.partition_apply import PARTITION_CHANGES
+
+        asked = decode_args(proto.PartitionApplyRequest, request.op, request.args)
         backend = self._require_backend()
-        result = await self._call(lambda: self._partition_apply(backend, changes, force, holder))
-        await self._send(proto.reply(request.id, partition_apply_reply_json(result)))
+        results, recovered = await self._call(lambda: self._transactions(backend, asked, PARTITION_CHANGES))
+        reply = proto.PartitionApplyReply(results=tuple(results), recovered=tuple(recovered))
+        await self._send(proto.reply(request.id, partition_apply_reply_json(reply)))
 
-    def _partition_apply(
-        self, backend: Backend, changes: Tuple[proto.PartitionChange, ...], force: bool, holder: str
-    ) -> proto.PartitionApplyReply:
-        """Under the node lock, as a MIG apply: first what a killed agent left, then each GPU's
-        partition change, each a transaction of its own."""
-        from gpuops.node.partition_apply import ApplyError, apply_partition, recover
-        from gpuops.node.state import LockBusy, NodeState
+    def _transactions(
+        self, backend: Backend, asked: Union[proto.MigApplyRequest, proto.PartitionApplyRequest], kind: Kind
+    ) -> Tuple[List[Any], List[str]]:
+        """Under the node lock: first finish what a killed agent left, then each GPU's change,
+        each a transaction of its own (node/transaction.py; one GPU refused does not stop the
+        others)."""
+        from gpuops.node.state import NodeState
+        from gpuops.node.transaction import run
 
-        state = NodeState(self.state_dir)
+        state, lock = self._node_lock(asked.holder)
         try:
-            lock = state.lock(holder or "an apply")
-        except LockBusy as exc:
-            raise proto.ProtocolError(proto.BUSY, str(exc)) from None
-        except OSError as exc:
-            raise proto.ProtocolError(proto.INTERNAL, "cannot take the node lock: %s" % exc) from None
-        try:
-            recovery = recover(backend, state)
-            asked = {change.gpu for change in changes}
-            recovered = [n for n in recovery.notes if n not in recovery.refused.values()] + [
-                line for index, line in sorted(recovery.refused.items()) if index not in asked
-            ]
-            results: List[proto.PartitionResult] = []
-            for change in changes:
-                refused = recovery.refused.get(change.gpu)
-                if refused is not None:
-                    results.append(
-                        proto.PartitionResult(gpu=change.gpu, ok=False, code="journal", message=refused)
-                    )
-                    continue
-                try:
-                    results.append(
-                        apply_partition(
-                            backend,
-                            state,
-                            change.gpu,
-                            change.compute,
-                            change.memory,
-                            change.expect,
-                            force,
-                            change.known_pids,
-                        )
-                    )
-                except ApplyError as exc:
-                    results.append(
-                        proto.PartitionResult(gpu=change.gpu, ok=False, code=exc.code, message=exc.message)
-                    )
-            return proto.PartitionApplyReply(results=tuple(results), recovered=tuple(recovered))
+            return run(backend, state, asked.changes, asked.force, kind)
         finally:
             NodeState.unlock(lock)
 
@@ -503,9 +427,9 @@ class Agent:
             raise proto.ProtocolError(proto.INTERNAL, "cannot take the node lock: %s" % exc) from None
 
     async def _op_mps_apply(self, request: proto.Request) -> None:
-        changes, force, holder = proto.mps_apply_args(request.args)
+        asked = decode_args(proto.MpsApplyRequest, request.op, request.args)
         backend = self._require_backend()
-        result = await self._call(lambda: self._mps_apply(backend, changes, force, holder))
+        result = await self._call(lambda: self._mps_apply(backend, asked.changes, asked.force, asked.holder))
         await self._send(proto.reply(request.id, mps_apply_reply_json(result)))
 
     def _mps_apply(

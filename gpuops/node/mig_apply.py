@@ -1,6 +1,7 @@
 """Changing one GPU's MIG layout as a transaction, on the node.
 
-`apply_layout` takes a GPU from its live layout to a target one:
+`apply_layout` takes a GPU from its live layout to a target one, as a transaction of
+node/transaction.py (which partition modes share, node/partition_apply.py):
 
 1. refuses if the GPU changed since the plan (fingerprint), or if processes run on instances that
    would be destroyed (with their pids and users) unless forced — forced, it ends them first;
@@ -19,7 +20,7 @@ given (docs/mig.md#interrupted-applies).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from gpuops.core.mig.catalog import MigModel, find_model
 from gpuops.core.mig.layout import (
@@ -33,25 +34,22 @@ from gpuops.core.mig.layout import (
 )
 from gpuops.core.mig.placement import Placement, check_layout
 from gpuops.core.model import Gpu
-from gpuops.core.protocol import MigResult
+from gpuops.core.protocol import MigChange, MigResult
 from gpuops.node.backends.base import Backend, BackendError
-from gpuops.node.state import NodeState
+from gpuops.node.state import MIG, NodeState
+from gpuops.node.transaction import (
+    ApplyError,
+    Kind,
+    Recovery,
+    Words,
+    clear_the_way,
+    gpu_of,
+    journaled,
+)
 
-
-class ApplyError(Exception):
-    """The change was not made (and the GPU is as it was); `code` says why."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _gpu(backend: Backend, index: int) -> Gpu:
-    for gpu in backend.sample().gpus:
-        if gpu.info.index == index:
-            return gpu
-    raise ApplyError("no_such_gpu", "GPU %d is not on this node" % index)
+_UNSEEN = "GPU %d: processes started since the plan would be disrupted: %s; make a new plan"
+_IN_USE = "GPU %d has processes the change would disrupt: %s; --force ends them"
+_WORDS = Words(restoring="the old layout", it="it", restored="its old layout is restored")
 
 
 def apply_layout(
@@ -65,7 +63,7 @@ def apply_layout(
 ) -> MigResult:
     """Make GPU `index` have `target`; returns what was done. Raises ApplyError."""
     target = target.normalized()
-    gpu = _gpu(backend, index)
+    gpu = gpu_of(backend, index)
     old = layout_of(gpu)
     if old is None:
         raise ApplyError("not_supported", "GPU %d (%s) does not support MIG" % (index, gpu.info.name))
@@ -74,57 +72,41 @@ def apply_layout(
     if old == target and gpu.mig is not None and gpu.mig.pending == gpu.mig.current:
         return MigResult(gpu=index, ok=True, changed=False)
     blocking = disrupted_processes(gpu, old, target)
-    if known_pids is not None:
-        # The plan was reviewed with its list of processes to stop: one started since would be
-        # stopped without anyone having seen it, even with --force.
-        unseen = [p for p in blocking if p.pid not in set(known_pids)]
-        if unseen:
-            who = ", ".join("pid %d (%s)" % (p.pid, p.user or "?") for p in unseen)
-            raise ApplyError(
-                "stale",
-                "GPU %d: processes started since the plan would be disrupted: %s; make a new plan"
-                % (index, who),
-            )
-    if blocking and not force:
-        who = ", ".join("pid %d (%s)" % (p.pid, p.user or "?") for p in blocking)
-        raise ApplyError(
-            "in_use", "GPU %d has processes the change would disrupt: %s; --force ends them" % (index, who)
-        )
-    stopped = [p.pid for p in blocking]
-    if stopped:
-        left = backend.stop_processes(index, stopped)
-        if left:
-            raise ApplyError(
-                "in_use", "GPU %d: processes %s did not end" % (index, ", ".join(map(str, left)))
-            )
-    state.begin(gpu.info.uuid, index, old.to_json(), target.to_json())
-    try:
+    stopped = clear_the_way(backend, index, blocking, known_pids, force, _UNSEEN, _IN_USE)
+
+    def change() -> None:
         _transition(backend, index, target)
-        now = layout_of(_gpu(backend, index))
+        now = layout_of(gpu_of(backend, index))
         if now != target:
             raise ApplyError(
                 "verify", "GPU %d has %s after the change, not the planned layout" % (index, _show(now))
             )
-    except (BackendError, ApplyError) as exc:
-        reason = exc.message
-        try:
-            _transition(backend, index, old)
-        except (BackendError, ApplyError) as undo:
-            # The journal stays: the next apply checks it and tries again.
-            raise ApplyError(
-                "stuck",
-                "GPU %d: %s; restoring the old layout failed too (%s); the journal keeps it for recovery"
-                % (index, reason, undo),
-            ) from None
-        state.end(gpu.info.uuid)
-        raise ApplyError("rolled_back", "GPU %d: %s; its old layout is restored" % (index, reason)) from None
-    state.end(gpu.info.uuid)
+
+    journaled(
+        state,
+        gpu,
+        MIG,
+        old.to_json(),
+        target.to_json(),
+        change,
+        lambda: _transition(backend, index, old),
+        _WORDS,
+    )
     return MigResult(gpu=index, ok=True, changed=True, stopped=tuple(stopped))
+
+
+def apply_change(backend: Backend, state: NodeState, change: MigChange, force: bool) -> MigResult:
+    """One change of a mig_apply request (node/transaction.py `run`)."""
+    return apply_layout(backend, state, change.gpu, change.layout, change.expect, force, change.known_pids)
+
+
+def refused(gpu: int, code: str, message: str) -> MigResult:
+    return MigResult(gpu=gpu, ok=False, code=code, message=message)
 
 
 def _transition(backend: Backend, index: int, target: MigLayout) -> None:
     """From whatever the GPU has now to `target`, keeping instances that are wanted as they are."""
-    gpu = _gpu(backend, index)
+    gpu = gpu_of(backend, index)
     current = layout_of(gpu)
     assert current is not None and gpu.mig is not None
     keep = kept_instances(current, target)
@@ -155,17 +137,6 @@ def _show(layout: Optional[MigLayout]) -> str:
     if not layout.enabled:
         return "MIG off"
     return ", ".join("%d@%d" % (i.profile_id, i.start) for i in layout.instances) or "MIG on, no instances"
-
-
-class Recovery:
-    """What `recover` did: notes for the apply's output, GPUs it left alone (index -> the one-line
-    reason; the apply changes none of them), and GPUs it put back in their old layout (index ->
-    fingerprint before, after: the apply's plan may have been made from the state it undid)."""
-
-    def __init__(self) -> None:
-        self.notes: List[str] = []
-        self.refused: Dict[int, str] = {}
-        self.restored: Dict[int, Tuple[str, str]] = {}
 
 
 def recover(backend: Backend, state: NodeState) -> Recovery:
@@ -207,7 +178,7 @@ def recover(backend: Backend, state: NodeState) -> Recovery:
                 done.notes.append("GPU %d: the interrupted change had not begun" % index)
             else:
                 _transition(backend, index, old)
-                after = _gpu(backend, index)
+                after = gpu_of(backend, index)
                 if layout_of(after) != old:
                     raise ApplyError(
                         "verify", "the old layout did not come back (%s)" % _show(layout_of(after))
@@ -332,3 +303,6 @@ def _sub(part: Tuple[int, ...], whole: Tuple[int, ...]) -> bool:
             return False
         rest.remove(ci)
     return True
+
+
+MIG_CHANGES = Kind(recover=recover, apply=apply_change, refused=refused)

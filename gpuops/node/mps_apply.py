@@ -102,7 +102,7 @@ def record_entry(change: proto.MpsChange) -> Dict[str, Any]:
         "gpu": change.gpu,
         "device": change.device,
         "pipe_directory": change.pipe_directory,
-        "log_directory": change.log_directory,
+        "log_directory": change.log_directory or "",
         "active_thread_percentage": change.active_thread_percentage,
         "pinned_memory_limit": change.pinned_memory_limit,
         "tenants": {
@@ -294,7 +294,7 @@ class _Applier:
         self.actions.append("stopped the MPS daemon (pid %d)" % daemon.pid)
 
     def start(self, default: Want, per_uid: Dict[int, Tuple[str, Want]]) -> None:
-        pid = self.control.start_daemon(self.pipe, self.change.log_directory, self.change.device)
+        pid = self.control.start_daemon(self.pipe, self.change.log_directory or "", self.change.device)
         self.actions.append("started the MPS daemon (pid %d) for %s" % (pid, self.change.device))
         if default.percentage != DEFAULT_PERCENTAGE:
             self.actions.append(_run_op(self.control, self.pipe, ("default_percentage", default.percentage)))
@@ -462,7 +462,7 @@ def _undo(applier: _Applier, before: Optional[MpsDaemon], error: MpsError) -> No
                 control.quit(pipe, timeout=10.0)
         else:
             if now is None:
-                control.start_daemon(pipe, applier.change.log_directory, applier.change.device)
+                control.start_daemon(pipe, applier.change.log_directory or "", applier.change.device)
             if control.default_active_thread_percentage(pipe) != before.default_active_thread_percentage:
                 control.set_default_active_thread_percentage(pipe, before.default_active_thread_percentage)
             if before.default_pinned_memory_limit is not None:

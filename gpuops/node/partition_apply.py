@@ -1,8 +1,8 @@
 """Changing one GPU's partition modes (AMD Instinct compute and memory partitions) as a
 transaction, on the node, under the node lock the agent holds (node/agent.py).
 
-`apply_partition` takes a GPU from its live modes to the wanted ones, as `mig_apply.apply_layout`
-does for a MIG layout:
+`apply_partition` takes a GPU from its live modes to the wanted ones, a transaction of
+node/transaction.py as `mig_apply.apply_layout` is for a MIG layout:
 
 1. refuses if the GPU's modes changed since the plan (`expect`), or while processes run on it
    (a partition change needs the whole GPU idle: the driver answers BUSY otherwise) with their
@@ -16,21 +16,16 @@ does for a MIG layout:
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 from gpuops.core.model import Gpu, PartitionState
-from gpuops.core.protocol import PartitionResult
+from gpuops.core.protocol import PartitionChange, PartitionResult
 from gpuops.node.backends.base import Backend, BackendError
 from gpuops.node.state import PARTITION, NodeState
+from gpuops.node.transaction import ApplyError, Kind, Recovery, Words, clear_the_way, gpu_of, journaled
 
-
-class ApplyError(Exception):
-    """The change was not made (and the GPU is as it was, unless `code` is "stuck")."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+_UNSEEN = "GPU %d: processes started since the plan would be stopped: %s; make a new plan"
+_IN_USE = "GPU %d is in use by %s: a partition change needs it idle; --force ends them"
 
 
 def modes_text(state: Optional[PartitionState]) -> str:
@@ -38,13 +33,6 @@ def modes_text(state: Optional[PartitionState]) -> str:
     if state is None:
         return "no partition modes"
     return "%s/%s" % (state.compute_mode or "?", state.memory_mode or "?")
-
-
-def _gpu(backend: Backend, index: int) -> Gpu:
-    for gpu in backend.sample().gpus:
-        if gpu.info.index == index:
-            return gpu
-    raise ApplyError("no_such_gpu", "GPU %d is not on this node" % index)
 
 
 def _modes(gpu: Gpu) -> Tuple[str, str]:
@@ -63,7 +51,7 @@ def apply_partition(
     known_pids: Optional[Sequence[int]] = None,
 ) -> PartitionResult:
     """Give GPU `index` these modes (None: keep); returns what was done. Raises ApplyError."""
-    gpu = _gpu(backend, index)
+    gpu = gpu_of(backend, index)
     live = gpu.partition
     if live is None:
         raise ApplyError("not_supported", "GPU %d (%s) has no partition modes" % (index, gpu.info.name))
@@ -90,84 +78,43 @@ def apply_partition(
             "GPU %d: its processes cannot be read (%s), so it is not known to be idle"
             % (index, gpu.processes_error),
         )
-    blocking = list(gpu.processes)
-    if known_pids is not None:
-        # The plan was reviewed with its list of processes to stop: one started since would be
-        # stopped without anyone having seen it, even with --force.
-        unseen = [p for p in blocking if p.pid not in set(known_pids)]
-        if unseen:
-            raise ApplyError(
-                "stale",
-                "GPU %d: processes started since the plan would be stopped: %s; make a new plan"
-                % (index, _who(unseen)),
-            )
-    if blocking and not force:
-        raise ApplyError(
-            "in_use",
-            "GPU %d is in use by %s: a partition change needs it idle; --force ends them"
-            % (index, _who(blocking)),
-        )
-    stopped = [p.pid for p in blocking]
-    if stopped:
-        left = backend.stop_processes(index, stopped)
-        if left:
-            raise ApplyError(
-                "in_use", "GPU %d: processes %s did not end" % (index, ", ".join(map(str, left)))
-            )
+    stopped = clear_the_way(backend, index, list(gpu.processes), known_pids, force, _UNSEEN, _IN_USE)
     old = {"compute": live.compute_mode, "memory": live.memory_mode}
     new = {"compute": want[0], "memory": want[1]}
-    state.begin(gpu.info.uuid, index, old, new, PARTITION)
-    try:
+
+    def change() -> None:
         backend.set_partition(index, compute, memory)
-        now = _modes(_gpu(backend, index))
+        now = _modes(gpu_of(backend, index))
         if now != want:
             raise ApplyError(
                 "verify", "GPU %d reads %s/%s after the change, not %s/%s" % (index, *now, *want)
             )
-    except (BackendError, ApplyError) as exc:
-        reason = exc.message
-        _restore(backend, state, gpu.info.uuid, index, old, reason)
-        raise ApplyError(
-            "rolled_back",
-            "GPU %d: %s; its old modes %s/%s are restored" % (index, reason, old["compute"], old["memory"]),
-        ) from None
-    state.end(gpu.info.uuid, PARTITION)
+
+    def undo() -> None:
+        # The backend may have put the old modes back already.
+        if _modes(gpu_of(backend, index)) != (old["compute"], old["memory"]):
+            backend.set_partition(index, old["compute"], old["memory"])
+        back = _modes(gpu_of(backend, index))
+        if back != (old["compute"], old["memory"]):
+            raise ApplyError("verify", "it reads %s/%s" % back)
+
+    modes = "its old modes %s/%s" % (old["compute"], old["memory"])
+    words = Words(restoring=modes, it="them", restored=modes + " are restored")
+    journaled(state, gpu, PARTITION, old, new, change, undo, words)
     return PartitionResult(
         gpu=index, ok=True, changed=True, compute_mode=want[0], memory_mode=want[1], stopped=tuple(stopped)
     )
 
 
-def _restore(
-    backend: Backend, state: NodeState, uuid: str, index: int, old: Dict[str, str], reason: str
-) -> None:
-    """Put the old modes back (the backend may have already); the journal goes once they are."""
-    try:
-        if _modes(_gpu(backend, index)) != (old["compute"], old["memory"]):
-            backend.set_partition(index, old["compute"], old["memory"])
-        back = _modes(_gpu(backend, index))
-        if back != (old["compute"], old["memory"]):
-            raise ApplyError("verify", "it reads %s/%s" % back)
-    except (BackendError, ApplyError) as undo:
-        # The journal stays: the next apply checks it and tries again.
-        raise ApplyError(
-            "stuck",
-            "GPU %d: %s; restoring its old modes %s/%s failed too (%s); the journal keeps them for recovery"
-            % (index, reason, old["compute"], old["memory"], getattr(undo, "message", undo)),
-        ) from None
-    state.end(uuid, PARTITION)
+def apply_change(backend: Backend, state: NodeState, change: PartitionChange, force: bool) -> PartitionResult:
+    """One change of a partition_apply request (node/transaction.py `run`)."""
+    return apply_partition(
+        backend, state, change.gpu, change.compute, change.memory, change.expect, force, change.known_pids
+    )
 
 
-def _who(processes: Sequence[object]) -> str:
-    return ", ".join("pid %d (%s)" % (p.pid, p.user or "?") for p in processes)  # type: ignore[attr-defined]
-
-
-class Recovery:
-    """What `recover` did: notes for the apply's output and the GPUs it left alone (index -> the
-    one-line reason; the apply changes none of them)."""
-
-    def __init__(self) -> None:
-        self.notes: List[str] = []
-        self.refused: Dict[int, str] = {}
+def refused(gpu: int, code: str, message: str) -> PartitionResult:
+    return PartitionResult(gpu=gpu, ok=False, code=code, message=message)
 
 
 def recover(backend: Backend, state: NodeState) -> Recovery:
@@ -200,7 +147,7 @@ def recover(backend: Backend, state: NodeState) -> Recovery:
                 done.notes.append("GPU %d: the interrupted partition change had not begun" % index)
             else:
                 backend.set_partition(index, old[0], old[1])
-                if _modes(_gpu(backend, index)) != old:
+                if _modes(gpu_of(backend, index)) != old:
                     raise ValueError("the old modes did not come back")
                 done.notes.append("GPU %d: an interrupted partition change was undone" % index)
             state.end(gpu.info.uuid, PARTITION)
@@ -214,3 +161,6 @@ def recover(backend: Backend, state: NodeState) -> Recovery:
                 done.refused[gpu.info.index] = "GPU %d: %s" % (gpu.info.index, line)
             done.notes.append(line)
     return done
+
+
+PARTITION_CHANGES = Kind(recover=recover, apply=apply_change, refused=refused)

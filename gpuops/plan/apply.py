@@ -21,12 +21,21 @@ import asyncio
 import getpass
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuops.core.mig.layout import layout_of
 from gpuops.core.model import Gpu
+from gpuops.core.protocol import (
+    MigApplyReply,
+    MigChange,
+    MigResult,
+    MpsChange,
+    PartitionApplyReply,
+    PartitionChange,
+    PartitionResult,
+)
 from gpuops.core.tenant_table import TenantSpec
 from gpuops.fleet.agent_client import AgentClient, AgentError
 from gpuops.fleet.session import NodeTarget, node_agent
@@ -43,7 +52,7 @@ from gpuops.plan.diff import (
     what_changed,
 )
 from gpuops.plan.live import NodeLive, read_node
-from gpuops.plan.model import Action, GpuPlan, MpsPayload, NodePlan
+from gpuops.plan.model import Action, GpuPlan, NodePlan
 from gpuops.spec import Fleet
 
 UNCHANGED, CHANGED, PARTIAL, REFUSED, FAILED = "unchanged", "changed", "partial", "refused", "failed"
@@ -165,32 +174,21 @@ class _NodeApply:
                 continue
             for d in self.live.daemons_of(by_index[plan.index]):
                 if d.running:
-                    changes.append(
-                        {
-                            "device": d.device,
-                            "gpu": d.gpu,
-                            "enabled": False,
-                            "pipe_directory": d.pipe_directory,
-                            "log_directory": d.log_directory,
-                            "active_thread_percentage": None,
-                            "pinned_memory_limit": None,
-                            "tenants": [],
-                        }
-                    )
+                    changes.append(MpsChange(d.gpu, d.device, False, d.pipe_directory, d.log_directory))
         if changes:
             await self._mps_request(changes, "stopped before the MIG change")
 
-    async def _mps_request(self, changes: list[dict[str, Any]], why: str) -> None:
+    async def _mps_request(self, changes: Sequence[MpsChange], why: str) -> None:
         try:
             reply = await self.client.mps_apply(changes, force=self.force, holder=self.holder)
         except AgentError as exc:
             if exc.code == LOST:
                 raise
             for c in changes:
-                self._refuse(c["gpu"], f"MPS on {c['device']}: {exc.message}")
+                self._refuse(c.gpu, f"MPS on {c.device}: {exc.message}")
             return
         for item in reply.results:
-            gpu = next((c["gpu"] for c in changes if c["device"] == item.device), -1)
+            gpu = next((c.gpu for c in changes if c.device == item.device), -1)
             if item.ok:
                 if item.changed:
                     verb = "started/updated" if why == "" else why
@@ -198,70 +196,46 @@ class _NodeApply:
             else:
                 self._refuse(gpu, f"MPS on {item.device}: {item.message or item.code}")
 
-    # -- MIG -------------------------------------------------------------------------------------
+    # -- MIG layouts and partition modes: per-GPU transactions on the node ----------------------
 
     async def _mig(self, gpus: Sequence[GpuPlan]) -> None:
-        changes: list[dict[str, Any]] = [
-            {
-                "gpu": g.index,
-                "layout": g.mig.layout.to_json(),
-                "expect": g.mig.expect,
-                "known_pids": list(g.mig.known_pids),
-            }
-            for g in gpus
-            if g.mig is not None and g.index not in self.failed
-        ]
-        if not changes:
-            return
-        try:
-            reply = await self.client.mig_apply(changes, force=self.force, holder=self.holder)
-        except AgentError as exc:
-            if exc.code == LOST:
-                raise
-            for c in changes:
-                self._refuse(c["gpu"], f"MIG: {exc.message}")
-            return
-        for note in reply.recovered:
-            self.result.done.append(f"recovered: {note}")
-        for item in reply.results:
-            if item.ok:
-                if item.changed:
-                    text = f"GPU {item.gpu}: MIG layout applied"
-                    if item.stopped:
-                        text += " (stopped " + ", ".join(str(p) for p in item.stopped) + ")"
-                    self.result.done.append(text)
-            else:
-                self._refuse(item.gpu, f"MIG {item.code}: {item.message}")
-
-    # -- partition modes -------------------------------------------------------------------------
+        changes = [g.mig for g in gpus if g.mig is not None and g.index not in self.failed]
+        if changes:
+            await self._transactions("MIG", self.client.mig_apply, changes, _mig_done)
 
     async def _partition(self, gpus: Sequence[GpuPlan]) -> None:
-        changes: list[dict[str, Any]] = [
-            {**g.partition.to_json(), "gpu": g.index}
-            for g in gpus
-            if g.partition is not None and g.index not in self.failed
-        ]
-        if not changes:
-            return
+        changes = [g.partition for g in gpus if g.partition is not None and g.index not in self.failed]
+        if changes:
+            await self._transactions("partition", self.client.partition_apply, changes, _partition_done)
+
+    async def _transactions(
+        self,
+        kind: str,
+        send: Callable[..., Awaitable[MigApplyReply | PartitionApplyReply]],
+        changes: Sequence[MigChange | PartitionChange],
+        done: Callable[[Any], str],
+    ) -> None:
+        """One request of per-GPU changes, each a transaction on the node: what each did or why
+        it was refused (node/transaction.py)."""
         try:
-            reply = await self.client.partition_apply(changes, force=self.force, holder=self.holder)
+            reply = await send(changes, force=self.force, holder=self.holder)
         except AgentError as exc:
             if exc.code == LOST:
                 raise
             for c in changes:
-                self._refuse(c["gpu"], f"partition: {exc.message}")
+                self._refuse(c.gpu, f"{kind}: {exc.message}")
             return
         for note in reply.recovered:
             self.result.done.append(f"recovered: {note}")
         for item in reply.results:
             if item.ok:
                 if item.changed:
-                    text = f"GPU {item.gpu}: partition modes {item.compute_mode}/{item.memory_mode} applied"
+                    text = f"GPU {item.gpu}: {done(item)} applied"
                     if item.stopped:
                         text += " (stopped " + ", ".join(str(p) for p in item.stopped) + ")"
                     self.result.done.append(text)
             else:
-                self._refuse(item.gpu, f"partition {item.code}: {item.message}")
+                self._refuse(item.gpu, f"{kind} {item.code}: {item.message}")
 
     # -- MPS -------------------------------------------------------------------------------------
 
@@ -280,26 +254,13 @@ class _NodeApply:
                 self._refuse(plan.index, "is gone")
                 continue
             for device in daemon_devices(gpu, plan.mps.per_instance):
-                changes.append(self._mps_change(plan.mps, gpu, device))
+                changes.append(plan.mps.change(gpu.info.index, device))
             wanted = set(daemon_devices(gpu, plan.mps.per_instance))
             for d in self.live.daemons_of(gpu):
                 if d.device not in wanted and d.running and plan.mig is None:
-                    changes.append({**self._mps_change(plan.mps, gpu, d.device), "enabled": False})
+                    changes.append(replace(plan.mps.change(gpu.info.index, d.device), enabled=False))
         if changes:
             await self._mps_request(changes, "")
-
-    @staticmethod
-    def _mps_change(mps: MpsPayload, gpu: Gpu, device: str) -> dict[str, Any]:
-        return {
-            "device": device,
-            "gpu": gpu.info.index,
-            "enabled": mps.enabled,
-            "pipe_directory": f"{mps.pipe_directory}/{device}",
-            "log_directory": f"{mps.log_directory}/{device}",
-            "active_thread_percentage": mps.active_thread_percentage,
-            "pinned_memory_limit": mps.pinned_memory_limit,
-            "tenants": [t.to_json() for t in mps.tenants],
-        }
 
     # -- limiter ---------------------------------------------------------------------------------
 
@@ -339,6 +300,14 @@ class _NodeApply:
                 continue
             for problem in verify_gpu(plan, gpu, after):
                 self._refuse(plan.index, f"verify: {problem}")
+
+
+def _mig_done(_result: MigResult) -> str:
+    return "MIG layout"
+
+
+def _partition_done(result: PartitionResult) -> str:
+    return f"partition modes {result.compute_mode}/{result.memory_mode}"
 
 
 def verify_gpu(plan: GpuPlan, gpu: Gpu, live: NodeLive) -> list[str]:

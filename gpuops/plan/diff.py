@@ -25,6 +25,7 @@ from gpuops.core.mig.layout import InstanceSpec, MigLayout, disrupted_processes,
 from gpuops.core.mig.placement import Placement, solve_keeping
 from gpuops.core.model import Gpu, GpuProcess, PartitionState
 from gpuops.core.partition_catalog import find_partition_model
+from gpuops.core.protocol import MigChange, MpsSettings, MpsTenant, PartitionChange
 from gpuops.core.tenant_table import TenantSpec
 from gpuops.core.units import format_bytes, format_percent
 from gpuops.plan.live import MpsDaemon, NodeLive, mps_threads
@@ -38,11 +39,7 @@ from gpuops.plan.model import (
     REMOVE,
     Action,
     GpuPlan,
-    MigPayload,
-    MpsPayload,
-    MpsTenantPayload,
     NodePlan,
-    PartitionPayload,
     Plan,
     Proc,
     state_fingerprint,
@@ -257,7 +254,7 @@ def _on_instance(gpu: Gpu, spec: InstanceSpec) -> list[GpuProcess]:
 # ---- MPS -----------------------------------------------------------------------------------------
 
 
-def mps_payload(fleet: Fleet, mps: DesiredMps, per_instance: bool) -> MpsPayload:
+def mps_payload(fleet: Fleet, mps: DesiredMps, per_instance: bool) -> MpsSettings:
     """What apply sends for each daemon of the GPU (devices are resolved at apply time, after any
     MIG change has made the MIG devices)."""
     tenants = []
@@ -265,14 +262,14 @@ def mps_payload(fleet: Fleet, mps: DesiredMps, per_instance: bool) -> MpsPayload
         values = mps.for_tenant(t.name)
         team = fleet.teams.get(t.name)
         tenants.append(
-            MpsTenantPayload(
+            MpsTenant(
                 name=t.name,
                 users=tuple(team.users) if team is not None else (),
                 active_thread_percentage=values.active_thread_percentage,
                 pinned_memory_limit=values.pinned_memory_limit,
             )
         )
-    return MpsPayload(
+    return MpsSettings(
         enabled=mps.enabled,
         per_instance=per_instance,
         pipe_directory=mps.pipe_directory,
@@ -283,7 +280,7 @@ def mps_payload(fleet: Fleet, mps: DesiredMps, per_instance: bool) -> MpsPayload
     )
 
 
-def wanted_daemon(payload: MpsPayload, device: str) -> dict[str, Any]:
+def wanted_daemon(payload: MpsSettings, device: str) -> dict[str, Any]:
     """MpsDaemon.settings() of the daemon `payload` wants on `device`."""
     return {
         "running": payload.enabled,
@@ -317,7 +314,7 @@ def daemon_devices(gpu: Gpu, per_instance: bool) -> list[str]:
 
 
 def _mps_diff(
-    payload: MpsPayload,
+    payload: MpsSettings,
     devices: Sequence[str],
     daemons: Sequence[MpsDaemon],
     users: dict[int, GpuProcess],
@@ -383,7 +380,7 @@ def limiter_actions(old: Sequence[TenantSpec], new: Sequence[TenantSpec]) -> lis
 # ---- partition modes -----------------------------------------------------------------------------
 
 
-def partition_actions(gpu: Gpu, payload: PartitionPayload) -> list[Action]:
+def partition_actions(gpu: Gpu, payload: PartitionChange) -> list[Action]:
     """One `~` line per mode that changes; disruptive, with every process of the GPU (a
     partition change needs the whole GPU idle)."""
     live = gpu.partition
@@ -403,7 +400,7 @@ def partition_actions(gpu: Gpu, payload: PartitionPayload) -> list[Action]:
     return actions
 
 
-def _partition_payload(gpu: Gpu, desired: DesiredGpu, problems: list[str]) -> PartitionPayload | None:
+def _partition_payload(gpu: Gpu, desired: DesiredGpu, problems: list[str]) -> PartitionChange | None:
     want = desired.partition
     assert want is not None
     info, live = gpu.info, gpu.partition
@@ -426,7 +423,7 @@ def _partition_payload(gpu: Gpu, desired: DesiredGpu, problems: list[str]) -> Pa
     if compute is None and memory is None:
         return None
     pids = tuple(sorted(p.pid for p in gpu.processes))
-    return PartitionPayload(compute, memory, partition_modes(live), pids)
+    return PartitionChange(info.index, compute, memory, partition_modes(live), pids)
 
 
 # ---- per GPU, node, fleet ------------------------------------------------------------------------
@@ -435,10 +432,10 @@ def _partition_payload(gpu: Gpu, desired: DesiredGpu, problems: list[str]) -> Pa
 def payload_actions(
     gpu: Gpu,
     live: NodeLive,
-    mig: MigPayload | None,
-    mps: MpsPayload | None,
+    mig: MigChange | None,
+    mps: MpsSettings | None,
     limiter: Sequence[TenantSpec] | None,
-    partition: PartitionPayload | None = None,
+    partition: PartitionChange | None = None,
 ) -> list[Action]:
     """The plan's lines for these payloads against the GPU as it is now. A plan made here and a
     saved plan being applied both show this, so what is shown is what the payloads will do."""
@@ -485,7 +482,7 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
         memory_total=info.memory_total_bytes if isinstance(info.memory_total_bytes, int) else None,
     )
     problems = [str(p) for p in desired.problems]
-    mig_payload: MigPayload | None = None
+    mig_payload: MigChange | None = None
     new = old
     if desired.mig is not None and not problems:
         if old is None:
@@ -500,9 +497,9 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
                 problems.append(f"{desired.mig.location}: GPU {info.index} ({info.name}): {reason}")
             elif target != old or _pending(gpu):
                 victims = sorted({p.pid for a in mig_actions(gpu, old, target) for p in a.processes})
-                mig_payload = MigPayload(target, fingerprint(gpu), tuple(victims))
+                mig_payload = MigChange(info.index, target, fingerprint(gpu), tuple(victims))
                 new = target
-    mps: MpsPayload | None = None
+    mps: MpsSettings | None = None
     if desired.mps is not None and not problems:
         if live.mps is None:
             problems.append(f"node {live.name}: its agent cannot manage MPS (update gpuops on the node)")
@@ -517,7 +514,7 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
             )
         else:
             limiter = tuple(wanted_lines)
-    partition: PartitionPayload | None = None
+    partition: PartitionChange | None = None
     if desired.partition is not None and not problems:
         partition = _partition_payload(gpu, desired, problems)
     if problems:

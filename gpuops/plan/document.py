@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from gpuops.core.codec import DecodeError, from_json
-from gpuops.core.mig.layout import MigLayout
-from gpuops.core.partition_catalog import COMPUTE_MODE_NAMES, MEMORY_MODE_NAMES
+from gpuops.core.protocol import MigChange, MpsSettings, PartitionChange
 from gpuops.core.tenant_table import TenantSpec
 from gpuops.plan.model import (
     ADD,
@@ -25,11 +24,7 @@ from gpuops.plan.model import (
     REMOVE,
     Action,
     GpuPlan,
-    MigPayload,
-    MpsPayload,
-    MpsTenantPayload,
     NodePlan,
-    PartitionPayload,
     PayloadError,
     Plan,
     PlanError,
@@ -37,6 +32,7 @@ from gpuops.plan.model import (
 )
 
 T = TypeVar("T")
+C = TypeVar("C", MigChange, PartitionChange)
 
 _TEXT = "a string"
 
@@ -66,13 +62,6 @@ def _opt(data: dict[str, Any], key: str, check: Any, what: str, where: str) -> A
     return value
 
 
-def _nullable(data: Any, key: str, check: Any, what: str, where: str) -> Any:
-    """data[key], which must be there (apply reads it) and be null or pass `check`."""
-    if not isinstance(data, dict) or key not in data:
-        raise PlanError(f"{where}: missing {key!r}")
-    return _opt(data, key, check, what, where)
-
-
 def _texts(data: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     value = data.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -87,91 +76,28 @@ def _text(data: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _size(value: Any) -> bool:
-    return _is_int(value) and value >= 0
-
-
-def _percent(value: Any) -> bool:
-    return _is_int(value) and 1 <= value <= 100
-
-
 # ---- payloads ------------------------------------------------------------------------------------
 
 
-def _mig(data: dict[str, Any], where: str) -> MigPayload | None:
-    mig = data.get("mig")
-    if mig is None:
+def _gpu_change(cls: type[C], data: dict[str, Any], key: str, where: str, index: int) -> C | None:
+    """A GPU's MIG or partition change as the node gets it. Its `gpu` is the GPU's (plans saved
+    before the payloads were the wire's changes have none: it is taken from the GPU); a plan lists
+    what it saw (`expect`) and the processes it stops (`known_pids`, none when missing), so the
+    node checks both."""
+    value = data.get(key)
+    if isinstance(value, dict):
+        value = {"gpu": index, "known_pids": [], **value}
+    change = _payload(cls, {key: value}, key, where)
+    if change is None:
         return None
-    where = f"{where}.mig"
-    if not isinstance(mig, dict):
-        raise PlanError(f"{where}: expected an object")
-    try:
-        layout = MigLayout.from_json(mig.get("layout"))
-    except ValueError as exc:
-        raise PlanError(f"{where}.layout: {exc}") from None
-    expect = _req(mig, "expect", str, where)
-    pids = mig.get("known_pids", [])
-    if not isinstance(pids, list) or not all(_is_int(p) for p in pids):
-        raise PlanError(f"{where}.known_pids: expected a list of process ids")
-    return MigPayload(layout, expect, tuple(pids))
-
-
-def _partition(data: dict[str, Any], where: str) -> PartitionPayload | None:
-    part = data.get("partition")
-    if part is None:
-        return None
-    where = f"{where}.partition"
-    if not isinstance(part, dict):
-        raise PlanError(f"{where}: expected an object")
-    compute = _nullable(
-        part, "compute", lambda v: v in COMPUTE_MODE_NAMES, "a compute mode (SPX, CPX, ...)", where
-    )
-    memory = _nullable(
-        part, "memory", lambda v: v in MEMORY_MODE_NAMES, "a memory mode (NPS1, NPS4, ...)", where
-    )
-    if compute is None and memory is None:
-        raise PlanError(f"{where}: names neither a compute nor a memory mode")
-    pids = part.get("known_pids", [])
-    if not isinstance(pids, list) or not all(_is_int(p) for p in pids):
-        raise PlanError(f"{where}.known_pids: expected a list of process ids")
-    return PartitionPayload(compute, memory, _req(part, "expect", str, where), tuple(pids))
-
-
-def _mps_tenant(data: Any, where: str) -> MpsTenantPayload:
-    name = _req(data, "name", str, where)
-    users = _req(data, "users", list, where)
-    if not all(isinstance(u, str) for u in users):
-        raise PlanError(f"{where}.users: expected a list of user names")
-    return MpsTenantPayload(
-        name=name,
-        users=tuple(users),
-        active_thread_percentage=_nullable(
-            data, "active_thread_percentage", _percent, "a percentage from 1 to 100", where
-        ),
-        pinned_memory_limit=_nullable(data, "pinned_memory_limit", _size, "a size in bytes", where),
-    )
-
-
-def _mps(data: dict[str, Any], where: str) -> MpsPayload | None:
-    mps = data.get("mps")
-    if mps is None:
-        return None
-    where = f"{where}.mps"
-    if not isinstance(mps, dict):
-        raise PlanError(f"{where}: expected an object")
-    enabled, per_instance = (_req(mps, key, bool, where) for key in ("enabled", "per_instance"))
-    pipe_directory, log_directory = (
-        _req(mps, key, str, where) for key in ("pipe_directory", "log_directory")
-    )
-    threads = _nullable(mps, "active_thread_percentage", _percent, "a percentage from 1 to 100", where)
-    pinned = _nullable(mps, "pinned_memory_limit", _size, "a size in bytes", where)
-    tenants: list[MpsTenantPayload] = []
-    for i, item in enumerate(_req(mps, "tenants", list, where)):
-        tenant = _mps_tenant(item, f"{where}.tenants[{i}]")
-        if any(t.name == tenant.name for t in tenants):
-            raise PlanError(f"{where}.tenants[{i}]: tenant {tenant.name!r} is listed twice")
-        tenants.append(tenant)
-    return MpsPayload(enabled, per_instance, pipe_directory, log_directory, threads, pinned, tuple(tenants))
+    at = f"{where}.{key}"
+    if change.gpu != index:
+        raise PayloadError(f"{at}.gpu: GPU {change.gpu} in the plan of GPU {index}")
+    if change.expect is None:
+        raise PayloadError(f"{at}.expect: missing (what the plan saw, which the node checks)")
+    if change.known_pids is None:
+        raise PayloadError(f"{at}.known_pids: expected a list of process ids")
+    return change
 
 
 def _payload(cls: type[T], data: dict[str, Any], key: str, where: str) -> T | None:
@@ -222,8 +148,9 @@ def _action(data: Any, where: str) -> Action:
 def _gpu(data: Any, where: str) -> GpuPlan:
     if not isinstance(data, dict):
         raise PlanError(f"{where}: expected an object")
+    index = _req(data, "index", int, where)
     return GpuPlan(
-        index=_req(data, "index", int, where),
+        index=index,
         uuid=_req(data, "uuid", str, where),
         name=_req(data, "name", str, where),
         fingerprint=_req(data, "fingerprint", str, where),
@@ -232,10 +159,10 @@ def _gpu(data: Any, where: str) -> GpuPlan:
             _action(a, f"{where}.actions[{i}]") for i, a in enumerate(_req(data, "actions", list, where))
         ),
         problems=_texts(data, "problems", where),
-        mig=_mig(data, where),
-        mps=_mps(data, where),
+        mig=_gpu_change(MigChange, data, MIG, where, index),
+        mps=_payload(MpsSettings, data, MPS, where),
         limiter=_limiter(data, where),
-        partition=_partition(data, where),
+        partition=_gpu_change(PartitionChange, data, PARTITION, where, index),
         notes=_texts(data, "notes", where),
     )
 

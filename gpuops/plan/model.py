@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuops.core.codec import to_json
-from gpuops.core.mig.layout import MigLayout
+from gpuops.core.protocol import MigChange, MpsSettings, PartitionChange
 from gpuops.core.tenant_table import TenantSpec
 
 PLAN_FORMAT = "gpuops-plan"
@@ -68,77 +68,11 @@ class Action:
 
 
 # ---- payloads: what apply sends to a GPU's node, saved in the plan as they will be sent --------
-
-
-@dataclass(frozen=True)
-class MigPayload:
-    """A GPU's MIG change (one change of a mig_apply request)."""
-
-    layout: MigLayout  # the target, explicit placements with compute instances
-    expect: str  # the GPU's fingerprint when the plan was made: the node refuses otherwise
-    known_pids: tuple[int, ...] = ()  # the processes the plan stops; the node stops no other
-
-    def to_json(self) -> dict[str, Any]:
-        return {"layout": self.layout.to_json(), "expect": self.expect, "known_pids": list(self.known_pids)}
-
-
-@dataclass(frozen=True)
-class PartitionPayload:
-    """A GPU's partition mode change (one change of a partition_apply request); None: keep."""
-
-    compute: str | None
-    memory: str | None
-    expect: str  # the GPU's modes when the plan was made ("SPX/NPS1"): the node refuses otherwise
-    known_pids: tuple[int, ...] = ()  # the processes the plan stops; the node stops no other
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "compute": self.compute,
-            "memory": self.memory,
-            "expect": self.expect,
-            "known_pids": list(self.known_pids),
-        }
-
-
-@dataclass(frozen=True)
-class MpsTenantPayload:
-    name: str
-    users: tuple[str, ...]  # the team's unix users, whose MPS servers get these values
-    active_thread_percentage: int | None
-    pinned_memory_limit: int | None  # bytes
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "users": list(self.users),
-            "active_thread_percentage": self.active_thread_percentage,
-            "pinned_memory_limit": self.pinned_memory_limit,
-        }
-
-
-@dataclass(frozen=True)
-class MpsPayload:
-    """The MPS wanted for each daemon of a GPU: one for the GPU, or one per MIG device
-    (`per_instance`); the devices are read at apply time, after any MIG change made them."""
-
-    enabled: bool
-    per_instance: bool
-    pipe_directory: str  # each daemon's pipe directory is this plus /<device>
-    log_directory: str
-    active_thread_percentage: int | None
-    pinned_memory_limit: int | None  # bytes
-    tenants: tuple[MpsTenantPayload, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "enabled": self.enabled,
-            "per_instance": self.per_instance,
-            "pipe_directory": self.pipe_directory,
-            "log_directory": self.log_directory,
-            "active_thread_percentage": self.active_thread_percentage,
-            "pinned_memory_limit": self.pinned_memory_limit,
-            "tenants": [t.to_json() for t in self.tenants],
-        }
+# MIG and partition: the GPU's change of a mig_apply / partition_apply request as it is sent
+# (core/protocol.py MigChange, PartitionChange); MPS: the settings of every daemon of the GPU
+# (core/protocol.py MpsSettings, whose `change(gpu, device)` is each daemon's mps_apply change);
+# limiter: the GPU's tenant lines (core/tenant_table.py TenantSpec). core/codec.py writes and
+# reads them (plan/document.py), with the checks beside each type.
 
 
 @dataclass(frozen=True)
@@ -153,10 +87,10 @@ class GpuPlan:
     live: dict[str, Any]
     actions: tuple[Action, ...] = ()
     problems: tuple[str, ...] = ()
-    mig: MigPayload | None = None
-    mps: MpsPayload | None = None
+    mig: MigChange | None = None
+    mps: MpsSettings | None = None
     limiter: tuple[TenantSpec, ...] | None = None  # the tenant lines wanted on this GPU (no gpus)
-    partition: PartitionPayload | None = None
+    partition: PartitionChange | None = None
     notes: tuple[str, ...] = ()  # shown with the plan, never applied (what fleet.yaml leaves alone)
 
     @property
@@ -185,11 +119,11 @@ class GpuPlan:
             "live": self.live,
             "actions": [a.to_json() for a in self.actions],
             "problems": list(self.problems),
-            "mig": self.mig.to_json() if self.mig is not None else None,
-            "mps": self.mps.to_json() if self.mps is not None else None,
+            "mig": to_json(self.mig),
+            "mps": to_json(self.mps),
             "limiter": to_json(self.limiter),
             # Only on GPUs it changes: plans of NVIDIA GPUs stay as they were, key for key.
-            **({"partition": self.partition.to_json()} if self.partition is not None else {}),
+            **({"partition": to_json(self.partition)} if self.partition is not None else {}),
             **({"notes": list(self.notes)} if self.notes else {}),
         }
 

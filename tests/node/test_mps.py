@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from gpuops.core import protocol as proto
+from gpuops.core.codec import decode_args
 from gpuops.node.backends.sim import SimBackend
 from gpuops.node.mps import (
     FAILED,
@@ -107,8 +108,7 @@ def _change(device: str, pipe: str, log: str | None, **kw: Any) -> proto.MpsChan
     if log is not None:
         item["log_directory"] = log
     item.update(kw)
-    changes, _force, _holder = proto.mps_apply_args({"changes": [item]})
-    return changes[0]
+    return decode_args(proto.MpsApplyRequest, "mps_apply", {"changes": [item]}).changes[0]
 
 
 # --------------------------------------------------------------------------- values

@@ -534,7 +534,7 @@ _LIMITER_ARGS = st.fixed_dictionaries(
 @given(_MPS_ARGS, _LIMITER_ARGS)
 def test_argument_validation_raises_only_value_errors(mps: dict[str, Any], limiter: dict[str, Any]) -> None:
     with contextlib.suppress(ValueError):
-        proto.mps_apply_args(mps)
+        decode_args(proto.MpsApplyRequest, "mps_apply", mps)
     with contextlib.suppress(ValueError):
         decode_args(proto.LimiterApplyRequest, "limiter_apply", limiter)
 
