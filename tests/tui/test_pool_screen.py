@@ -287,9 +287,11 @@ def test_mark_move_review_apply_and_see_the_new_layout(sim: Launched, tmp_path: 
     live = limiter_of(path, "sim-robotics-01")
     assert live.ok and live.limiter is not None
     gpus = {g.info.index: g for g in live.gpus}
-    assert {line.name for line in live.limiter if line.applies_to(gpus[0])} >= {"*"}
-    assert not [line for line in live.limiter if line.applies_to(gpus[1])]
-    assert not [line for line in live.limiter if line.applies_to(gpus[2])]
+    assert {line.name for line in live.limiter if line.applies_to(gpus[0].info.index, gpus[0].info.uuid)} >= {
+        "*"
+    }
+    assert not [line for line in live.limiter if line.applies_to(gpus[1].info.index, gpus[1].info.uuid)]
+    assert not [line for line in live.limiter if line.applies_to(gpus[2].info.index, gpus[2].info.uuid)]
 
 
 class CountingPoolSource(PoolSource):
