@@ -22,8 +22,11 @@ What a simulated node accepts:
     as the real command takes them, and ignored: a sim node's spec, state, limiter table, MPS
     control and history are the fleet's. Another backend gets an agent that says it is
     unavailable, as a node without NVML would;
-  - anything else: `NAME: command not found` on stderr, exit 127;
-- refused: shells (sessions without a command), subsystems (SFTP), PTYs, port, agent and X11
+  - anything else: `NAME: command not found` on stderr, and a line saying this is a gpuops
+    simulated node, not a host (so that ansible-playbook pointed at it says so), exit 127;
+- a PTY request is accepted, as sshd does, and changes nothing: Ansible asks for one (`ssh -tt`)
+  and, refused through its shared connection, loses the command's output;
+- refused: shells (sessions without a command), subsystems (SFTP), port, agent and X11
   forwarding;
 - bounds: connections per node and in all, sessions per connection and agents per node, login
   timeout; keepalives drop dead clients. The agent bounds its own requests and watches.
@@ -56,6 +59,7 @@ from gpuops.simfleet.history import SimHistory
 log = logging.getLogger("gpuops.simfleet")
 
 GPUOPS_PATH = "/usr/local/bin/gpuops"  # what `command -v gpuops` answers on a simulated node
+NOT_A_HOST = "gpuops simulated node: it runs the gpuops agent only, it is not a host (docs/simulator.md)"
 
 
 @dataclass(frozen=True)
@@ -247,7 +251,7 @@ class SimFleetServer:
                     server_factory=lambda node=node: _NodeServer(self, node),
                     server_host_keys=[self.host_key],
                     encoding=None,
-                    allow_pty=False,
+                    allow_pty=True,
                     agent_forwarding=False,
                     x11_forwarding=False,
                     allow_scp=False,
@@ -309,6 +313,9 @@ class SimFleetServer:
             return await self._agent(node, argv[2:], process)
         name = argv[0] if argv else ""
         process.stderr.write(f"sh: 1: {_printable(name)}: command not found\n".encode())
+        # Said so that a tool pointed at a simulated node (ansible-playbook) can tell the operator
+        # what it reached, rather than advise fixing a Python that is not there.
+        process.stderr.write(f"{NOT_A_HOST}\n".encode())
         return 127
 
     async def _agent(
