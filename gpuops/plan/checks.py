@@ -3,8 +3,8 @@
 The digest (plan/saved.py) only says a file is what `gpuops plan -o` wrote; anyone who can write
 the file can sign it again. So `apply --plan` does not take the payloads on trust either: each
 GPU's payloads are written as the carve entries they stand for (`carve_entries`: one entry per
-GPU and kind, selecting that GPU by index, the form `gpuops export` writes) and loaded as a
-fleet.yaml is (`spec.fleet_from_data`: the field checks and `checks.CHECKS`, the limiter's shares
+GPU and kind, selecting that GPU by index, built typed and written as `gpuops export` writes
+them, `spec.carve_entry.entry_data`) and loaded as a fleet.yaml is (`spec.fleet_from_data`: the field checks and `checks.CHECKS`, the limiter's shares
 included), with the real fleet.yaml's teams; then each GPU is resolved as a plan resolves a live
 GPU (`Fleet.desired_for`: the layout solved for its model, its memory, its MIG mode, partition
 modes). A payload that `gpuops validate` would refuse in a fleet.yaml is refused here, with the
@@ -21,11 +21,18 @@ from typing import Any
 
 from gpuops.core.mig.layout import layout_of
 from gpuops.core.model import Gpu
-from gpuops.plan.export import mig_settings
+from gpuops.plan.export import mig_spec
 from gpuops.plan.live import NodeLive
 from gpuops.plan.model import LIMITER, MIG, MPS, PARTITION, GpuPlan, Plan
 from gpuops.spec import Fleet, SolvedLayout, SpecError, SpecIssue, fleet_from_data
-from gpuops.spec.carve_entry import format_exact_bytes
+from gpuops.spec.carve_entry import (
+    LimiterSpec,
+    LimiterTenantSpec,
+    MpsSpec,
+    MpsTenantSpec,
+    PartitionSpec,
+    entry_data,
+)
 from gpuops.spec.errors import printable
 from gpuops.spec.types import SPEC_VERSION
 
@@ -41,48 +48,44 @@ class _Entry:
     kind: str
 
 
-def _mps(gpu: GpuPlan) -> dict[str, Any]:
+def _mps(gpu: GpuPlan) -> MpsSpec:
     payload = gpu.mps
     assert payload is not None
-    entry: dict[str, Any] = {"enabled": payload.enabled}
-    if payload.active_thread_percentage is not None:
-        entry["active_thread_percentage"] = payload.active_thread_percentage
-    if payload.pinned_memory_limit is not None:
-        entry["pinned_memory_limit"] = format_exact_bytes(payload.pinned_memory_limit)
-    per_tenant: dict[str, Any] = {}
-    for t in payload.tenants:
-        values: dict[str, Any] = {}
-        if t.active_thread_percentage is not None:
-            values["active_thread_percentage"] = t.active_thread_percentage
-        if t.pinned_memory_limit is not None:
-            values["pinned_memory_limit"] = format_exact_bytes(t.pinned_memory_limit)
-        per_tenant[t.name] = values
+    values: dict[str, Any] = {
+        "enabled": payload.enabled,
+        "active_thread_percentage": payload.active_thread_percentage,
+        "pinned_memory_limit": payload.pinned_memory_limit,
+    }
+    per_tenant = {
+        t.name: MpsTenantSpec.model_construct(
+            active_thread_percentage=t.active_thread_percentage, pinned_memory_limit=t.pinned_memory_limit
+        )
+        for t in payload.tenants
+    }
     if per_tenant:
-        entry["per_tenant"] = per_tenant
-    entry["pipe_directory"] = payload.pipe_directory
-    entry["log_directory"] = payload.log_directory
-    return entry
+        values["per_tenant"] = per_tenant
+    return MpsSpec.model_construct(
+        **values, pipe_directory=payload.pipe_directory, log_directory=payload.log_directory
+    )
 
 
-def _limiter(gpu: GpuPlan) -> dict[str, Any]:
+def _limiter(gpu: GpuPlan) -> LimiterSpec:
     assert gpu.limiter is not None
     if not gpu.limiter:
-        return {"enabled": False}  # no lines for the GPU: what a disabled limiter: asks
-    tenants: dict[str, Any] = {}
-    for t in gpu.limiter:
-        line: dict[str, Any] = {"policy": t.effective_policy(), "class": t.klass}
-        if t.memory is not None:
-            line["memory"] = format_exact_bytes(t.memory)
-        if t.compute is not None:
-            line["compute"] = t.compute
-        tenants[t.name] = line
-    return {"tenants": tenants}
+        return LimiterSpec.model_construct(enabled=False)  # no lines for the GPU: what enabled: false asks
+    tenants = {
+        t.name: LimiterTenantSpec.model_construct(
+            memory=t.memory, compute=t.compute, policy=t.effective_policy(), klass=t.klass
+        )
+        for t in gpu.limiter
+    }
+    return LimiterSpec.model_construct(tenants=tenants)
 
 
-def _partition(gpu: GpuPlan) -> dict[str, Any]:
+def _partition(gpu: GpuPlan) -> PartitionSpec:
     payload = gpu.partition
     assert payload is not None
-    return {key: mode for key, mode in (("compute", payload.compute), ("memory", payload.memory)) if mode}
+    return PartitionSpec.model_construct(compute=payload.compute, memory=payload.memory)
 
 
 def carve_entries(
@@ -96,18 +99,19 @@ def carve_entries(
         kept = _same_instances(gpu, live)
         notes: list[str] = []
         at = f"{where}.{MIG}.layout"
-        mig = mig_settings(gpu.mig.layout, _model_name(gpu, live), notes, at)
+        mig = entry_data(mig_spec(gpu.mig.layout, _model_name(gpu, live), notes, at))
         if kept:
             mig = {"enabled": mig["enabled"]}  # the instances the GPU has, kept: the mode only
         else:  # "AT: what; what export does about it" -> "AT: what (...)"
             problems += [f"{note.split('; ')[0]} (not a layout fleet.yaml can ask for)" for note in notes]
         out.append(({"select": select, MIG: mig}, _Entry(where, gpu, MIG)))
-    if gpu.mps is not None:
-        out.append(({"select": select, MPS: _mps(gpu)}, _Entry(where, gpu, MPS)))
-    if gpu.limiter is not None:
-        out.append(({"select": select, LIMITER: _limiter(gpu)}, _Entry(where, gpu, LIMITER)))
-    if gpu.partition is not None:
-        out.append(({"select": select, PARTITION: _partition(gpu)}, _Entry(where, gpu, PARTITION)))
+    for kind, setting in (
+        (MPS, _mps(gpu) if gpu.mps is not None else None),
+        (LIMITER, _limiter(gpu) if gpu.limiter is not None else None),
+        (PARTITION, _partition(gpu) if gpu.partition is not None else None),
+    ):
+        if setting is not None:
+            out.append(({"select": select, kind: entry_data(setting)}, _Entry(where, gpu, kind)))
     return out
 
 

@@ -15,36 +15,47 @@ from typing import Any
 from gpuops.core.mig.catalog import find_model
 from gpuops.core.mig.layout import MigLayout, layout_of
 from gpuops.core.model import Gpu
-from gpuops.core.units import format_bytes
 from gpuops.plan.live import NodeLive
-from gpuops.spec.carve_entry import DEFAULT_MPS_LOG_DIRECTORY, DEFAULT_MPS_PIPE_DIRECTORY
+from gpuops.spec.carve_entry import (
+    DEFAULT_MPS_LOG_DIRECTORY,
+    DEFAULT_MPS_PIPE_DIRECTORY,
+    CarveEntry,
+    GpuSelect,
+    LimiterSpec,
+    LimiterTenantSpec,
+    MigSpec,
+    MpsSpec,
+    MpsTenantSpec,
+    Select,
+    entry_data,
+)
 from gpuops.spec.selectors import format_gpu_indices
 
 
-def _mig(gpu: Gpu, notes: list[str], where: str) -> dict[str, Any] | None:
+def _mig(gpu: Gpu, notes: list[str], where: str) -> MigSpec | None:
     layout = layout_of(gpu)
     if layout is None:
         return None
-    return mig_settings(layout, gpu.info.mig_model or gpu.info.name, notes, where)
+    return mig_spec(layout, gpu.info.mig_model or gpu.info.name, notes, where)
 
 
-def mig_settings(layout: MigLayout, model_name: str, notes: list[str], where: str) -> dict[str, Any]:
+def mig_spec(layout: MigLayout, model_name: str, notes: list[str], where: str) -> MigSpec:
     """A MIG layout on a GPU of that model as a carve entry's `mig:` (explicit placements, compute
     splits per profile); what cannot be written is said in `notes`. Also how `apply --plan` puts a
     saved plan's MIG payload to fleet.yaml's checks (plan/checks.py)."""
     if not layout.enabled:
-        return {"enabled": False}
+        return MigSpec.model_construct(enabled=False)
     model = find_model(model_name)
     if model is None:
         notes.append(f"{where}: MIG model {model_name!r} is not in the catalog; its layout is left out")
-        return {"enabled": True}
+        return MigSpec.model_construct(enabled=True)
     placements = []
     splits: dict[str, list[str]] = {}
     for spec in layout.instances:
         profile = model.find_profile(spec.profile_id)
         if profile is None:
             notes.append(f"{where}: unknown profile id {spec.profile_id}; the layout is left out")
-            return {"enabled": True}
+            return MigSpec.model_construct(enabled=True)
         placements.append(f"{profile.name}@{spec.start}")
         default = (profile.default_compute_profile.id,)
         if spec.compute == default:
@@ -61,18 +72,13 @@ def mig_settings(layout: MigLayout, model_name: str, notes: list[str], where: st
             )
             continue
         splits[profile.name] = split
-    entry: dict[str, Any] = {"enabled": True, "placements": placements}
     compute = {name: split for name, split in splits.items() if split}
     if compute:
-        entry["compute"] = compute
-    return entry
+        return MigSpec.model_construct(enabled=True, placements=placements, compute=compute)
+    return MigSpec.model_construct(enabled=True, placements=placements)
 
 
-def _size(value: int | None) -> str | None:
-    return format_bytes(value) if value is not None else None
-
-
-def _mps(gpu: Gpu, live: NodeLive, notes: list[str], where: str) -> dict[str, Any] | None:
+def _mps(gpu: Gpu, live: NodeLive, notes: list[str], where: str) -> MpsSpec | None:
     daemons = [d for d in live.daemons_of(gpu) if d.running]
     if live.mps is None or not daemons:
         return None
@@ -81,50 +87,47 @@ def _mps(gpu: Gpu, live: NodeLive, notes: list[str], where: str) -> dict[str, An
         d.settings() | {"pipe_directory": ""} != first.settings() | {"pipe_directory": ""} for d in daemons
     ):
         notes.append(f"{where}: its MPS daemons differ; the first one's settings are written")
-    entry: dict[str, Any] = {"enabled": True}
+    values: dict[str, Any] = {"enabled": True}
     if first.active_thread_percentage is not None:
-        entry["active_thread_percentage"] = first.active_thread_percentage
+        values["active_thread_percentage"] = first.active_thread_percentage
     if first.pinned_memory_limit is not None:
-        entry["pinned_memory_limit"] = _size(first.pinned_memory_limit)
-    per_tenant = {}
-    for name, values in sorted(first.tenants.items()):
-        t: dict[str, Any] = {}
-        if values.get("active_thread_percentage") is not None:
-            t["active_thread_percentage"] = values["active_thread_percentage"]
-        if values.get("pinned_memory_limit") is not None:
-            t["pinned_memory_limit"] = _size(values["pinned_memory_limit"])
-        per_tenant[name] = t
+        values["pinned_memory_limit"] = first.pinned_memory_limit
+    per_tenant = {
+        name: MpsTenantSpec.model_construct(
+            **{k: v for k, v in given.items() if k in ("active_thread_percentage", "pinned_memory_limit")}
+        )
+        for name, given in sorted(first.tenants.items())
+    }
     if per_tenant:
-        entry["per_tenant"] = per_tenant
+        values["per_tenant"] = per_tenant
     root = first.pipe_directory.rsplit("/", 1)[0] if "/" in first.pipe_directory else ""
     if root and root != DEFAULT_MPS_PIPE_DIRECTORY:
-        entry["pipe_directory"] = root
+        values["pipe_directory"] = root
     log_root = first.log_directory.rsplit("/", 1)[0] if "/" in first.log_directory else ""
     if log_root and log_root != DEFAULT_MPS_LOG_DIRECTORY:
-        entry["log_directory"] = log_root
-    return entry
+        values["log_directory"] = log_root
+    return MpsSpec.model_construct(**values)
 
 
-def _limiter(gpu: Gpu, live: NodeLive) -> dict[str, Any] | None:
+def _limiter(gpu: Gpu, live: NodeLive) -> LimiterSpec | None:
     if live.limiter is None:
         return None
     lines = live.lines_of(gpu)
     if not lines:
         return None
-    tenants: dict[str, Any] = {}
+    tenants = {}
     for line in lines:
-        t: dict[str, Any] = {}
+        values: dict[str, Any] = {"policy": line.effective_policy(), "klass": line.klass}
         if line.memory is not None:
-            t["memory"] = _size(line.memory)
+            values["memory"] = line.memory
         if line.compute is not None:
-            t["compute"] = f"{line.compute:g}%"
-        t["policy"] = line.effective_policy()
-        t["class"] = line.klass
-        tenants[line.name] = t
-    return {"tenants": tenants}
+            values["compute"] = line.compute
+        tenants[line.name] = LimiterTenantSpec.model_construct(**values)
+    return LimiterSpec.model_construct(tenants=tenants)
 
 
 def gpu_settings(gpu: Gpu, live: NodeLive, notes: list[str]) -> dict[str, Any]:
+    """The GPU's live MIG, MPS and limiter settings, each as its carve entry setting (typed)."""
     where = f"{live.name} GPU {gpu.info.index}"
     settings: dict[str, Any] = {}
     for key, value in (
@@ -138,28 +141,32 @@ def gpu_settings(gpu: Gpu, live: NodeLive, notes: list[str]) -> dict[str, Any]:
 
 
 def carve_entries(lives: Sequence[NodeLive]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The carve: entries that describe the live state, and notes on what could not be written."""
+    """The carve: entries that describe the live state (as fleet.yaml data: `entry_data` of the
+    typed entries), and notes on what could not be written."""
     entries: list[dict[str, Any]] = []
     notes: list[str] = []
     for live in lives:
         if not live.ok:
             notes.append(f"{live.name}: not exported ({live.error or 'no data'})")
             continue
-        groups: list[tuple[dict[str, Any], list[int]]] = []
+        groups: list[tuple[dict[str, Any], dict[str, Any], list[int]]] = []
         for gpu in sorted(live.gpus, key=lambda g: g.info.index):
             settings = gpu_settings(gpu, live, notes)
             if not settings:
                 continue
-            for known, indices in groups:
-                if known == settings:
+            written = {key: entry_data(value) for key, value in settings.items()}
+            for known, _typed, indices in groups:
+                if known == written:
                     indices.append(gpu.info.index)
                     break
             else:
-                groups.append((settings, [gpu.info.index]))
+                groups.append((written, settings, [gpu.info.index]))
         all_gpus = len(live.gpus)
-        for settings, indices in groups:
-            select: dict[str, Any] = {"nodes": live.name}
-            if len(indices) != all_gpus:
-                select["gpus"] = format_gpu_indices(set(indices))
-            entries.append({"select": select, **settings})
+        for _written, settings, indices in groups:
+            if len(indices) == all_gpus:
+                select = Select.model_construct(nodes=live.name)
+            else:
+                gpus = GpuSelect.model_construct(indices=format_gpu_indices(set(indices)))
+                select = Select.model_construct(nodes=live.name, gpus=gpus)
+            entries.append(entry_data(CarveEntry.model_construct(select=select, **settings)))
     return entries, notes

@@ -640,6 +640,18 @@ class CarveEntry(SpecModel):
 
 KINDS = ("mig", "mps", "limiter", "partition")
 
+
+def entry_data(entry: CarveEntry | SpecModel) -> dict[str, Any]:
+    """A carve entry (or one of its settings) built in code as fleet.yaml data: the fields it was
+    built with, in the file's forms (sizes `20GiB`, shares `30%`, a GPU selection's short form
+    `"0-3"`, `class:`). The writers of fleet.yaml (`gpuops export`, `gpuops rebalance` and the
+    Pool screen, `apply --plan`'s checks of a saved plan) build typed entries with values (bytes,
+    percentages), usually with `model_construct`, and write them with this; what they write is
+    then loaded, and checked, as any fleet.yaml is."""
+    data: dict[str, Any] = entry.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
+    return data
+
+
 __all__ = [
     "ALL_TENANTS",
     "CLASSES",
@@ -657,6 +669,7 @@ __all__ = [
     "MpsTenantSpec",
     "PartitionSpec",
     "Select",
+    "entry_data",
     "format_exact_bytes",
     "parse_placement",
 ]

@@ -47,7 +47,15 @@ from typing import Any
 from gpuops.core.mig.catalog import GpuInstanceProfile, MigModel, find_model
 from gpuops.core.mig.placement import solve
 from gpuops.core.units import format_bytes
-from gpuops.spec.carve_entry import CarveEntry
+from gpuops.spec.carve_entry import (
+    CarveEntry,
+    GpuSelect,
+    LimiterSpec,
+    LimiterTenantSpec,
+    MigSpec,
+    Select,
+    entry_data,
+)
 from gpuops.spec.loader import fleet_from_data
 from gpuops.spec.model import Fleet
 from gpuops.spec.pools import Pool, pool_selects
@@ -964,23 +972,33 @@ def _size_text(size: int) -> str:
     return f"{-(-size // GIB)}GiB"
 
 
-def _cap_text(size: int) -> str:
-    """Whole GiB where it is, else MiB: a cap next to held memory rarely is a whole GiB."""
-    return f"{size // GIB}GiB" if size % GIB == 0 else f"{size // MIB}MiB"
+def _cap(size: int) -> int:
+    """Whole GiB where it is, else whole MiB: a cap next to held memory rarely is a whole GiB."""
+    return size if size % GIB == 0 else size // MIB * MIB
 
 
-def _limiter(c: GpuCarving, pool: Pool | None, need: Mapping[str, int]) -> dict[str, Any]:
+def _limiter(c: GpuCarving, pool: Pool | None, need: Mapping[str, int]) -> LimiterSpec:
     policy = pool.policy if pool is not None else "burst-share"
     borrowing = pool.borrowing if pool is not None else True
-    tenants: dict[str, Any] = {}
+    tenants: dict[str, LimiterTenantSpec] = {}
     for team, u in sorted(c.units.items()):
-        line: dict[str, Any] = {"compute": f"{u}%"}
         if team in c.memory:
-            line["memory"] = _cap_text(c.memory[team])
-        tenants[team] = line
+            tenants[team] = LimiterTenantSpec.model_construct(compute=float(u), memory=_cap(c.memory[team]))
+        else:
+            tenants[team] = LimiterTenantSpec.model_construct(compute=float(u))
     if borrowing:
-        tenants["*"] = {"policy": "best-effort", "class": "offline"}
-    return {"policy": policy, "tenants": tenants}
+        tenants["*"] = LimiterTenantSpec.model_construct(policy="best-effort", klass="offline")
+    return LimiterSpec.model_construct(policy=policy, tenants=tenants)
+
+
+def _pool_entry(pool: str, node: str, indices: Sequence[int], **setting: Any) -> dict[str, Any]:
+    """A carve entry of the pool for these GPUs of a node (typed, written by `entry_data`), `pool:`
+    right after its `select:` as rebalance has always written it."""
+    select = Select.model_construct(
+        nodes=node, gpus=GpuSelect.model_construct(indices=format_gpu_indices(set(indices)))
+    )
+    data = entry_data(CarveEntry.model_construct(select=select, pool=pool, **setting))
+    return {"select": data.pop("select"), "pool": data.pop("pool"), **data}
 
 
 def proposed_fleet(fleet: Fleet, proposal: Proposal, known: Sequence[GpuRef] = ()) -> dict[str, Any]:
@@ -1024,17 +1042,16 @@ def proposed_fleet(fleet: Fleet, proposal: Proposal, known: Sequence[GpuRef] = (
     carve = [e for e in written if e.get("pool") != name]
     groups: dict[tuple[str, str], tuple[dict[str, Any], list[int]]] = {}
     for c in proposal.carvings:
+        setting: dict[str, Any]
         if c.kind == "mig":
-            body: dict[str, Any] = {
-                "mig": {"enabled": True, "profiles": {c.profile: sum(c.slices.values()) + c.spare}}
-            }
+            count = sum(c.slices.values()) + c.spare
+            setting = {"mig": MigSpec.model_construct(enabled=True, profiles={c.profile: count})}
         else:
-            body = {"limiter": _limiter(c, pool, need)}
-        key = (c.node, repr(sorted(body.items())))
-        groups.setdefault(key, (body, []))[1].append(c.index)
-    for (node, _), (body, indices) in groups.items():
-        select = {"nodes": node, "gpus": format_gpu_indices(set(indices))}
-        carve.append({"select": select, "pool": name, **body})
+            setting = {"limiter": _limiter(c, pool, need)}
+        key = (c.node, repr({k: entry_data(v) for k, v in setting.items()}))
+        groups.setdefault(key, (setting, []))[1].append(c.index)
+    for (node, _), (setting, indices) in groups.items():
+        carve.append(_pool_entry(name, node, indices, **setting))
     # Resets come first: any later entry that sets the GPU's limiter (its owner's own, or the
     # pool's when it joins again) wins over them.
     data["carve"] = resets + carve
@@ -1060,11 +1077,7 @@ def _by_node(keys: set[GpuKey], order: Sequence[str]) -> list[tuple[str, list[in
 
 
 def _reset_entry(pool: str, node: str, indices: Sequence[int]) -> dict[str, Any]:
-    return {
-        "select": {"nodes": node, "gpus": format_gpu_indices(set(indices))},
-        "pool": pool,
-        "limiter": {"enabled": False},
-    }
+    return _pool_entry(pool, node, indices, limiter=LimiterSpec.model_construct(enabled=False))
 
 
 def _is_reset(entry: CarveEntry, pool: str) -> bool:
