@@ -187,3 +187,50 @@ def test_applying_it_sends_what_gpuops_always_sent() -> None:
         assert args == want, op
     # What apply made of the replies (the scripted node changes nothing: verify says so).
     assert result.to_json() == expected["result"]
+
+
+def test_what_gpuops_always_sent_is_what_the_agent_reads_now() -> None:
+    """Each request an operator of before typed payloads sent decodes, with every check beside its
+    type, to the request this gpuops would send for it (an agent of either age reads either)."""
+    from gpuops.core.codec import decode_args
+
+    types = {
+        "mig_apply": proto.MigApplyRequest,
+        "partition_apply": proto.PartitionApplyRequest,
+        "mps_apply": proto.MpsApplyRequest,
+        "limiter_apply": proto.LimiterApplyRequest,
+    }
+    expected = json.loads((DATA / "plan-v2-requests.json").read_text())
+    seen = set()
+    for op, args in expected["requests"]:
+        if op in types:
+            assert to_json(decode_args(types[op], op, args)) == args, op
+            seen.add(op)
+    assert seen == set(types)
+
+
+def test_a_payload_its_type_refuses_is_said_once_the_digest_matches() -> None:
+    """An edit nobody signed again is an edit first (exit 4); signed again, the payload is put to
+    the checks beside its type, located in the plan (said with '; nothing applied', exit 1)."""
+    from gpuops.plan.model import PayloadError
+    from gpuops.plan.saved import DIGEST_KEY, EditedPlanError, document_digest
+
+    document = json.loads((DATA / "plan-v2.json").read_text())
+    (j,) = [k for k, g in enumerate(document["nodes"][0]["gpus"]) if g.get("limiter")]
+    document["nodes"][0]["gpus"][j]["limiter"][0]["policy"] = "greedy"
+    try:
+        parse_plan(json.dumps(document).encode(), "plan.json")
+    except EditedPlanError:
+        pass
+    else:
+        raise AssertionError("an unsigned edit was not refused as one")
+    document[DIGEST_KEY] = document_digest(document)
+    try:
+        parse_plan(json.dumps(document).encode(), "plan.json")
+    except PayloadError as exc:
+        assert str(exc) == (
+            f"plan.json: nodes[0].gpus[{j}].limiter[0].policy: tenant nlp: policy 'greedy' is not one of "
+            "best-effort, fixed-share, burst-share"
+        )
+    else:
+        raise AssertionError("a policy the limiter does not have was accepted")
