@@ -4,8 +4,9 @@ The digest (plan/saved.py) only says a file is what `gpuops plan -o` wrote; anyo
 the file can sign it again. So `apply --plan` does not take the payloads on trust either: each
 GPU's payloads are written as the carve entries they stand for (`carve_entries`: one entry per
 GPU and kind, selecting that GPU by index, built typed and written as `gpuops export` writes
-them, `spec.carve_entry.entry_data`) and loaded as a fleet.yaml is (`spec.fleet_from_data`: the field checks and `checks.CHECKS`, the limiter's shares
-included), with the real fleet.yaml's teams; then each GPU is resolved as a plan resolves a live
+them, `spec.carve_entry.entry_data`) and loaded as a fleet.yaml is (`spec.fleet_from_data`: the
+field checks and `checks.CHECKS`, the limiter's shares included), with the real fleet.yaml's
+teams; then each GPU is resolved as a plan resolves a live
 GPU (`Fleet.desired_for`: the layout solved for its model, its memory, its MIG mode, partition
 modes). A payload that `gpuops validate` would refuse in a fleet.yaml is refused here, with the
 check's own words, located in the plan (`nodes[0].gpus[2].limiter: ...`). Nothing is copied: a
