@@ -74,6 +74,7 @@ class _Shaped(Tuple[str, ...]):
 
 
 _FIELD_NAMES: Dict[type, Tuple[str, ...]] = {}
+_SHAPES: Dict[type, Tuple[str, ...]] = {}
 
 
 def _has_own_form(cls: type) -> bool:
@@ -109,11 +110,17 @@ def to_json(value: Any) -> Any:
         return {"na": value.reason}
     names = _FIELD_NAMES.get(kind)
     if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
-        names = _field_names(kind)
-        _FIELD_NAMES[kind] = names
+        # Only plain dataclasses (the model's, sent on every sample) are remembered here, so
+        # their path stays one lookup; a renamed or own-form one (the write path's) goes on.
+        shape = _SHAPES.get(kind)
+        if shape is None:
+            shape = _field_names(kind)
+            if type(shape) is _Shaped:
+                _SHAPES[kind] = shape
+        if type(shape) is _Shaped:
+            return _shaped_json(value, shape)
+        names = _FIELD_NAMES[kind] = shape
     if names is not None:
-        if type(names) is _Shaped:
-            return _shaped_json(value, names)
         out = {name: to_json(getattr(value, name)) for name in names}
         # A GPU without mode partitions sends no key for them: NVIDIA agents' messages stay
         # what older operators (strict about unknown fields) read.
@@ -455,6 +462,32 @@ def _compile_own(cls: Any) -> Decoder:
     return decode
 
 
+def _compile_plain(cls: Any, fields: List[Tuple[str, Decoder, bool]], known: Any) -> Decoder:
+    """The decoder of a dataclass whose JSON keys are its field names, without checks: the
+    model's, decoded for every sample of every node."""
+
+    def decode(data: Any) -> Any:
+        if type(data) is not dict:
+            raise _Bad("expected an object")
+        if not known.issuperset(data):
+            unknown = sorted(k for k in data if k not in known)
+            raise _Bad("unknown field %r" % (unknown[0],))
+        kwargs = {}
+        name = ""
+        try:
+            for name, dec, required in fields:
+                if name in data:
+                    kwargs[name] = dec(data[name])
+                elif required:
+                    raise _Bad("missing")
+        except _Bad as exc:
+            exc.parts.append(name)
+            raise
+        return cls(**kwargs)
+
+    return decode
+
+
 def _compile_dataclass(cls: Any) -> Decoder:
     if _has_own_form(cls):
         return _compile_own(cls)
@@ -469,6 +502,8 @@ def _compile_dataclass(cls: Any) -> Decoder:
         known.add(key)
     unknown_word = getattr(cls, "_json_unknown", "unknown field")
     check = getattr(cls, "check", None)
+    if check is None and unknown_word == "unknown field" and all(name == key for name, key, _, _ in fields):
+        return _compile_plain(cls, [(name, dec, required) for name, _, dec, required in fields], known)
 
     def decode(data: Any) -> Any:
         if type(data) is not dict:
