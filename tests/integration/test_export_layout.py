@@ -8,10 +8,10 @@ import re
 import pytest
 
 from gpuops.simfleet import Launched
-from tests.integration.test_plan_apply import carve_file, fleet, gpuops
+from tests.integration.sim_fixtures import silos_fleet_fixture  # noqa: F401  (fixture `fleet`)
+from tests.integration.test_plan_apply import carve_file, gpuops
 
 pytestmark = pytest.mark.timeout(300)
-__all__ = ["fleet"]  # the fixture, used by name
 
 THREE_TENANTS = """\
   - select: {nodes: sim-robotics-01, gpus: "4-5"}
