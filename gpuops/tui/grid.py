@@ -27,7 +27,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from gpuops.fleet.source import CONNECTING, LIVE, STALE
-from gpuops.tui import render
+from gpuops.tui import render, theme
 from gpuops.views.cells import EMPTY_MIG, FREE, LOST, SLICE, Cell
 from gpuops.views.grid import BY_NODE, Group
 from gpuops.views.nodes import NodeRow
@@ -239,18 +239,22 @@ def layout_grid(groups: tuple[Group, ...], width: int, by: str) -> GridLayout:
 
 # ---- drawing -------------------------------------------------------------------------------------
 
-HEADER = Style(bgcolor="#1f2d3d", color="#e8e8e8", bold=True)
-HEADER_DIM = Style(bgcolor="#1f2d3d", color="#a8b8c8")
-HEADER_IDLE = Style(bgcolor="#1f2d3d", color="#ffd75f", bold=True)
-HEADER_HELD = Style(bgcolor="#1f2d3d", color="#ff875f", bold=True)
-LABEL = Style(color="#d0d0d0")
-LABEL_CURSOR = Style(color="#ffffff", bold=True, underline=True)
-OWNER = Style(color="#87afd7")
-TAIL = {STALE: Style(color="yellow"), "unreachable": Style(color="red"), CONNECTING: Style(color="grey50")}
+HEADER = Style(bgcolor=theme.GROUP, color=theme.GROUP_TEXT, bold=True)
+HEADER_DIM = Style(bgcolor=theme.GROUP, color=theme.HEADING)
+HEADER_IDLE = Style(bgcolor=theme.GROUP, color=theme.IDLE, bold=True)
+HEADER_HELD = Style(bgcolor=theme.GROUP, color=theme.HELD, bold=True)
+LABEL = Style(color=theme.LABEL)
+LABEL_CURSOR = Style(color=theme.LABEL_CURSOR, bold=True, underline=True)
+OWNER = Style(color=theme.TEAM)
+TAIL = {
+    STALE: Style(color=theme.STALE),
+    "unreachable": Style(color=theme.UNREACHABLE),
+    CONNECTING: Style(color=theme.CONNECTING),
+}
 CURSOR = Style(reverse=True, bold=True)
 DIM = Style(dim=True)
 BLANK = Style()
-GPU_EDGE = Style(color="#808080", bold=True)
+GPU_EDGE = Style(color=theme.GPU_EDGE, bold=True)
 MIG_KINDS = (SLICE, FREE, EMPTY_MIG)
 
 

@@ -13,41 +13,45 @@ from rich.text import Text
 from gpuops.core.busy import BUSY_PERCENT
 from gpuops.core.units import format_bytes, format_duration
 from gpuops.fleet.source import CONNECTING, LIVE, STALE, UNREACHABLE
+from gpuops.tui import theme
 from gpuops.views import format as fmt
 
 NA = fmt.NA
 
 # Utilization: grey when idle (under BUSY_PERCENT, 5%: the waste to see), then greens, brighter
-# when busier.
-UTIL_STEPS: tuple[tuple[float, str, str], ...] = (
-    (BUSY_PERCENT, "#3a3a3a", "#9e9e9e"),
-    (25.0, "#2b4f26", "#e0e0e0"),
-    (50.0, "#3b7030", "#ffffff"),
-    (75.0, "#4f9a35", "#ffffff"),
-    (90.0, "#6cc04a", "#000000"),
-    (101.0, "#9be36f", "#000000"),
+# when busier (theme.UTIL_SCALE): (below this percent, background, text).
+UTIL_STEPS: tuple[tuple[float, str, str], ...] = tuple(
+    (limit, bg, fg)
+    for limit, (bg, fg) in zip((BUSY_PERCENT, 25.0, 50.0, 75.0, 90.0, 101.0), theme.UTIL_SCALE, strict=True)
 )
-# Memory in use: greys to blues.
-MEM_STEPS: tuple[tuple[float, str, str], ...] = (
-    (5.0, "#3a3a3a", "#9e9e9e"),
-    (25.0, "#26345e", "#e0e0e0"),
-    (50.0, "#2f4a8f", "#ffffff"),
-    (75.0, "#3d62c0", "#ffffff"),
-    (90.0, "#5b82e6", "#000000"),
-    (101.0, "#93b0ff", "#000000"),
+# Memory in use: greys to blues (theme.MEM_SCALE).
+MEM_STEPS: tuple[tuple[float, str, str], ...] = tuple(
+    (limit, bg, fg)
+    for limit, (bg, fg) in zip((5.0, 25.0, 50.0, 75.0, 90.0, 101.0), theme.MEM_SCALE, strict=True)
 )
-NO_DATA = Style(bgcolor="#262626", color="#6c6c6c")
-POOL_COLOR = "#5fd7ff"  # a shared pool, wherever it is named (the Pool screen, :tenants, the grid)
-LOST_STYLE = Style(bgcolor="#a01010", color="#ffffff", bold=True)
-FREE_STYLE = Style(bgcolor="#1c1c1c", color="#808080", italic=True)
-SLICE_BUSY = Style(bgcolor="#4f9a35", color="#ffffff")
-SLICE_IDLE = Style(bgcolor="#3a3a3a", color="#b0b0b0")
+
+
+def cell_style(colours: tuple[str, str], bold: bool | None = None, italic: bool | None = None) -> Style:
+    """A cell's style from the theme's (background, text)."""
+    return Style(bgcolor=colours[0], color=colours[1], bold=bold, italic=italic)
+
+
+NO_DATA = cell_style(theme.NO_DATA)
+LOST_STYLE = cell_style(theme.LOST, bold=True)
+FREE_STYLE = cell_style(theme.UNCARVED, italic=True)
+SLICE_BUSY = cell_style(theme.SLICE_BUSY)
+SLICE_IDLE = cell_style(theme.SLICE_IDLE)
 # Held idle: memory or processes on capacity doing no work (under 5%): it looks taken, so it
 # gets a colour no utilization has.
-HELD_STYLE = Style(bgcolor="#5f2f00", color="#ffaf5f", bold=True)
-HELD_TEXT = "bold #ff875f"
+HELD_STYLE = cell_style(theme.HELD_CELL, bold=True)
+HELD_TEXT = f"bold {theme.HELD}"
 
-STATE_COLOUR = {LIVE: "green", STALE: "yellow", UNREACHABLE: "red", CONNECTING: "grey50"}
+STATE_COLOUR = {
+    LIVE: theme.LIVE,
+    STALE: theme.STALE,
+    UNREACHABLE: theme.UNREACHABLE,
+    CONNECTING: theme.CONNECTING,
+}
 STATE_GLYPH = {LIVE: "●", STALE: "◐", UNREACHABLE: "✖", CONNECTING: "○"}
 
 _util_cache: dict[int, Style] = {}

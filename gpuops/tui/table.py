@@ -23,6 +23,8 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from gpuops.tui import theme
+
 
 class Styled(str):
     """A cell's text with one style, made a `Text` only when its line is drawn: a table of every
@@ -41,10 +43,10 @@ Cell = str | Text
 Row = tuple[str, tuple[Cell, ...]]
 
 GAP = 2
-HEADER = Style(bold=True, color="#a8b8c8")
-CURSOR = Style(bgcolor="#264f78", bold=True)
-CURSOR_BLURRED = Style(bgcolor="#2a2a3a")
-ZEBRA = Style(bgcolor="#1a1a1a")
+HEADER = Style(bold=True, color=theme.HEADING)
+CURSOR = Style(bgcolor=theme.CURSOR, bold=True)
+CURSOR_BLURRED = Style(bgcolor=theme.CURSOR_BLURRED)
+ZEBRA = Style(bgcolor=theme.ZEBRA)
 
 
 @dataclass(frozen=True)

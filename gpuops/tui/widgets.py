@@ -10,7 +10,7 @@ from textual.containers import Horizontal
 from textual.suggester import SuggestFromList
 from textual.widgets import Input, Label, Static
 
-from gpuops.tui import render
+from gpuops.tui import render, theme
 from gpuops.views.cells import EMPTY_MIG, FREE, LOST, SLICE, Cell
 from gpuops.views.grid import Totals
 from gpuops.views.nodes import NodeRow
@@ -46,7 +46,7 @@ class TopBar(Static):
         reason kept), then the title is cut; each cut with '…', never a word cut without a sign."""
         assert self._drawn is not None
         view, title, source, readonly = self._drawn
-        flag = Text("  READONLY ", style="bold #000000 on #ffaf00") if readonly else Text()
+        flag = Text("  READONLY ", style=f"bold {theme.ON_FLAG} on {theme.NOTICE}") if readonly else Text()
         head = Text(f" │ {title}", style="bold")
         tail = Text(f" │ {source}", style="dim") if source else Text()
         text = self._views(view, every=True)
@@ -65,7 +65,7 @@ class TopBar(Static):
     @staticmethod
     def _views(view: str, every: bool) -> Text:
         text = Text()
-        text.append(" gpuops ", style="bold #000000 on #5fafff")
+        text.append(" gpuops ", style=f"bold {theme.ON_FLAG} on {theme.ACCENT}")
         text.append(" ")
         for name in VIEWS:
             if name == view:
@@ -137,37 +137,39 @@ class StatusBar(Static):
     ) -> Text:
         text = Text()
         if status is None:
-            text.append(" waiting for data… " if short else " waiting for the first data… ", style="yellow")
-        elif short:
-            text.append(f" {render.STATE_GLYPH['live']}{status.live}", style="green")
             text.append(
-                f" {render.STATE_GLYPH['stale']}{status.stale}", style="yellow" if status.stale else "dim"
+                " waiting for data… " if short else " waiting for the first data… ", style=theme.PENDING
+            )
+        elif short:
+            text.append(f" {render.STATE_GLYPH['live']}{status.live}", style=theme.LIVE)
+            text.append(
+                f" {render.STATE_GLYPH['stale']}{status.stale}", style=theme.STALE if status.stale else "dim"
             )
             text.append(
                 f" {render.STATE_GLYPH['unreachable']}{status.unreachable} ",
-                style="bold red" if status.unreachable else "dim",
+                style=f"bold {theme.UNREACHABLE}" if status.unreachable else "dim",
             )
             text.append(f"{render.age(age)} old " if age is not None else "no data ")
         else:
-            text.append(f" {render.STATE_GLYPH['live']} {status.live} live ", style="green")
+            text.append(f" {render.STATE_GLYPH['live']} {status.live} live ", style=theme.LIVE)
             text.append(
                 f"{render.STATE_GLYPH['stale']} {status.stale} stale ",
-                style="yellow" if status.stale else "dim",
+                style=theme.STALE if status.stale else "dim",
             )
             text.append(
                 f"{render.STATE_GLYPH['unreachable']} {status.unreachable} unreachable ",
-                style="bold red" if status.unreachable else "dim",
+                style=f"bold {theme.UNREACHABLE}" if status.unreachable else "dim",
             )
             if status.connecting:
-                text.append(f"○ {status.connecting} connecting ", style="grey50")
+                text.append(f"○ {status.connecting} connecting ", style=theme.CONNECTING)
             text.append("│ ", style="dim")
             text.append(f"data {render.age(age)} old " if age is not None else "no live data ")
             text.append(f"│ every {render.age(interval)} ", style="dim")
         if readonly:
-            text.append("│ READONLY ", style="bold #ffaf00")
+            text.append("│ READONLY ", style=f"bold {theme.NOTICE}")
         if filter_text:
             text.append("│ ", style="dim")
-            text.append(f"/{filter_text} ", style="bold #ffd75f")
+            text.append(f"/{filter_text} ", style=f"bold {theme.MARKED}")
         if sort and not short:
             text.append(f"│ sort {sort} ", style="dim")
         return text
@@ -329,12 +331,12 @@ class TeamHeader(Static):
         # wrapped line would push the chips and the grid down, and cut a figure in two).
         parts = [Text(f"{render.count(f.gpus, 'GPU')} on {render.count(f.nodes, 'node')}", style="bold")]
         parts.append(Text(f"{render.gpus(f.busy)} busy"))
-        idle = Text(f"{render.gpus(f.idle)} idle", style="bold #ffd75f" if f.idle >= 0.05 else "")
+        idle = Text(f"{render.gpus(f.idle)} idle", style=f"bold {theme.IDLE}" if f.idle >= 0.05 else "")
         if f.held >= 0.05:
             idle.append(f" ({render.gpus(f.held)} held)", style=render.HELD_TEXT)
         parts.append(idle)
         if f.unknown:
-            parts.append(Text(f"{f.unknown} without data", style="red"))
+            parts.append(Text(f"{f.unknown} without data", style=theme.ERROR))
         parts.append(Text(f"util {render.percent(f.util)}"))
         parts.append(Text(f"mem {render.share(f.memory_used, f.memory_total)}"))
         text = whole_parts(parts, width)
@@ -382,20 +384,20 @@ class TeamHeader(Static):
         """A team: its silo's busy and idle capacity, what it borrows; a pool: the same of its GPUs."""
         chip = Text()
         name = team_label(t.team)
-        chip.append(name, style=f"bold {render.POOL_COLOR}" if t.pool is not None else "bold #87afd7")
+        chip.append(name, style=f"bold {theme.POOL}" if t.pool is not None else f"bold {theme.TEAM}")
         if t.silo or not t.pooled:
             busy = max(0.0, t.silo - t.unknown - t.idle)
             chip.append(f" {render.gpus(busy)}/{t.silo} busy")
         if t.idle >= 0.05:
-            chip.append(f" {render.gpus(t.idle)} idle", style="bold #ffd75f")
+            chip.append(f" {render.gpus(t.idle)} idle", style=f"bold {theme.IDLE}")
             if t.held >= 0.05:
                 chip.append(f" ({render.gpus(t.held)} held)", style=render.HELD_TEXT)
         if t.pooled:
             chip.append(f" {t.pooled} in pools", style="dim")
         if t.borrowed >= 0.05:
-            chip.append(f" +{render.gpus(t.borrowed)} borrowed", style="#87d787")
+            chip.append(f" +{render.gpus(t.borrowed)} borrowed", style=theme.BORROWED)
         if t.unknown:
-            chip.append(f" {t.unknown} no data", style="red")
+            chip.append(f" {t.unknown} no data", style=theme.ERROR)
         return chip
 
 
@@ -426,7 +428,7 @@ class Inspector(Static):
         elif cell.kind == EMPTY_MIG:
             text.append(" · MIG mode on, no GPU instance")
         elif cell.kind == LOST:
-            text.append(" · GPU lost (GPU_IS_LOST: fell off the bus?)", style="bold red")
+            text.append(" · GPU lost (GPU_IS_LOST: fell off the bus?)", style=f"bold {theme.ERROR}")
         elif cell.profile:
             text.append(f" · partition {cell.profile}")
         text.append(f" · owner {cell.owner or 'none'}")

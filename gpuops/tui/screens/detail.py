@@ -18,7 +18,7 @@ from textual.widgets import Static
 from gpuops.core.model import Gpu, HealthEvent
 from gpuops.core.vendor import runtime_name, unit_name
 from gpuops.fleet.source import LIVE, NodeView
-from gpuops.tui import render
+from gpuops.tui import render, theme
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Cell, Column, LiveTable, Row
@@ -180,7 +180,7 @@ def trend_lines(history: GpuHistory | None, node: str, gpu: Gpu, width: int = 20
             lines.append(line)
             continue
         peak = top if top is not None else (limit if series == "power" and limit else max(values))
-        line.append(render.sparkline(values, spark, peak if peak and peak > 0 else None), style="#87d7ff")
+        line.append(render.sparkline(values, spark, peak if peak and peak > 0 else None), style=theme.TREND)
         line.append(now, style="bold")
         if with_spread:
             line.append(spread, style="dim")
@@ -206,7 +206,8 @@ def health_rows(
         counts = health_counts(events, view.name, gpu.info.index)
         ecc = Text(f"{counts.ecc_single_bit} corrected · ")
         ecc.append(
-            f"{counts.ecc_double_bit} uncorrectable", style="bold red" if counts.ecc_double_bit else ""
+            f"{counts.ecc_double_bit} uncorrectable",
+            style=f"bold {theme.ERROR}" if counts.ecc_double_bit else "",
         )
         ecc.append(" (NVML events this session)", style="dim")
         rows.append(("ECC events", ecc))
@@ -262,7 +263,7 @@ def gpu_panel(view: NodeView, gpu: Gpu | None, state: FleetState, width: int = 2
     for name, value in health_rows(view, gpu, events):
         facts.add_row(name, value)
     if gpu.processes_error:
-        facts.add_row("processes", Text(f"n/a ({gpu.processes_error})", style="yellow"))
+        facts.add_row("processes", Text(f"n/a ({gpu.processes_error})", style=theme.WARNING))
     parts.append(facts)
     parts.extend(trend_lines(history, view.name, gpu, width))
     mig = gpu.mig
@@ -377,7 +378,7 @@ class DetailScreen(ViewScreen):
         view = state.node(self.node)
         header = self.query_one("#node-header", Static)
         if view is None:
-            header.update(Text(f"{self.node}: not in the fleet any more", style="red"))
+            header.update(Text(f"{self.node}: not in the fleet any more", style=theme.ERROR))
             return
         header.update(node_header(view, state.time))
         gpus = _gpus(view)

@@ -15,7 +15,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from gpuops.fleet.source import LIVE, STALE, UNREACHABLE
-from gpuops.tui import render
+from gpuops.tui import render, theme
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Column, LiveTable, Row
@@ -23,13 +23,14 @@ from gpuops.views.events import HEALTH, event_rows
 from gpuops.views.feed import ATTRIBUTION, FLEET_WIDE, FleetState
 
 KIND_STYLE = {
-    LIVE: "green",
-    STALE: "yellow",
-    UNREACHABLE: "bold red",
-    "agent-error": "#ff875f",
-    ATTRIBUTION: "#ffaf00",
+    LIVE: theme.LIVE,
+    STALE: theme.STALE,
+    UNREACHABLE: f"bold {theme.UNREACHABLE}",
+    "agent-error": theme.AGENT_ERROR,
+    ATTRIBUTION: theme.NOTICE,
 }
-HEALTH_STYLE = ("#87afd7", "bold red")  # a health event that is informative, one that needs someone
+# a health event that is informative, one that needs someone
+HEALTH_STYLE = (theme.INFO, f"bold {theme.ERROR}")
 
 
 class EventsScreen(ViewScreen):

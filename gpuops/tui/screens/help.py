@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from gpuops.tui import render
+from gpuops.tui import render, theme
 from gpuops.tui.keys import GLOBAL_KEYS, Key
 
 COMMANDS: tuple[tuple[str, str], ...] = (
@@ -80,7 +80,7 @@ class HelpScreen(ModalScreen[None]):
         def section(title: str) -> Table:
             parts.append(Text(f"\n{title}", style="bold underline"))
             table = Table.grid(padding=(0, 2))
-            table.add_column(style="bold #5fafff", no_wrap=True, min_width=14)
+            table.add_column(style=f"bold {theme.ACCENT}", no_wrap=True, min_width=14)
             table.add_column()
             parts.append(table)
             return table

@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 
 from gpuops.fleet.source import LIVE
-from gpuops.tui import render
+from gpuops.tui import render, theme
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Column, LiveTable, Row, Styled
@@ -93,7 +93,7 @@ class NodesScreen(ViewScreen):
                         f"{render.gpus(r.busy)}/{r.gpus}" if r.has_data else "-",
                         Styled(
                             render.gpus(r.idle) if r.has_data else "-",
-                            "bold #ffd75f" if r.idle >= 0.05 else "",
+                            f"bold {theme.IDLE}" if r.idle >= 0.05 else "",
                         ),
                         render.percent(r.util) if r.has_data else "-",
                         render.share(r.memory_used, r.memory_total) if r.has_data else "-",

@@ -26,7 +26,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from gpuops.core.model import NotAvailable
-from gpuops.tui import render
+from gpuops.tui import render, theme
 from gpuops.tui.changes import APPLY, MOVE_BACK, MOVE_IN, POOL_CHANGES
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
@@ -100,11 +100,11 @@ NARROW_FIELDS = (
     "p95",
 )
 FIELD_STYLES = {
-    "silo_idle": "#ffd75f",
-    "pool_gpus": render.POOL_COLOR,
-    "guaranteed": render.POOL_COLOR,
-    "pool_idle": "#ffd75f",
-    "borrowed": "#87d787",
+    "silo_idle": theme.IDLE,
+    "pool_gpus": theme.POOL,
+    "guaranteed": theme.POOL,
+    "pool_idle": theme.IDLE,
+    "borrowed": theme.BORROWED,
 }
 GPU_COLUMNS = (
     Column(" ", "mark"),
@@ -124,9 +124,9 @@ NARROW_GPU_KEYS = ("mark", "gpu", "in", "p95", "now", "users", "carving")
 NARROW_USERS = 18  # "vision 95%, chat 3%" and the like; longer lists end in an ellipsis
 MIN_CARVING = 20  # the carving cells kept before the list drops to its narrow columns
 MARK = "●"
-CHANGED = "bold #ffd75f"
-POOL_STYLE = render.POOL_COLOR
-IDLE_STYLE = "#ffd75f"
+CHANGED = f"bold {theme.MARKED}"
+POOL_STYLE = theme.POOL
+IDLE_STYLE = theme.IDLE
 NO_FLEET = "the Pool screen needs a fleet.yaml: gpuops tui -f fleet.yaml (or gpuops demo)"
 MAX_MISSING = 3
 ALL_TEAMS = "(all teams)"  # the key of the totals row (no team name has parentheses)
@@ -335,9 +335,13 @@ class PoolScreen(ViewScreen):
         if self.job:
             reading = self.reading
             count = f" {reading[0]}/{reading[1]}" if reading is not None else ""
-            part(f"⟳ {self.job.split(' ', 1)[0].rstrip(':')}…{count}", "bold yellow")
+            part(f"⟳ {self.job.split(' ', 1)[0].rstrip(':')}…{count}", f"bold {theme.PENDING}")
         if self.marked:
-            part(f"{MARK} {len(self.marked)} marked", "bold #ffd75f", "" if self.job else "m in · b back")
+            part(
+                f"{MARK} {len(self.marked)} marked",
+                f"bold {theme.MARKED}",
+                "" if self.job else "m in · b back",
+            )
         draft = self.draft
         if draft is not None and self.review is not None:
             moved = [f"{len(draft.joined)} in"] if draft.joined else []
@@ -349,9 +353,9 @@ class PoolScreen(ViewScreen):
         elif self.applied is not None and not self.job:
             bad = sum(1 for r in self.applied.results if not r.ok)
             if self.applied.ok:
-                part("applied ✓", "bold green", "result below")
+                part("applied ✓", f"bold {theme.OK}", "result below")
             else:
-                part(f"applied: {bad} node(s) not done", "bold red", "result below")
+                part(f"applied: {bad} node(s) not done", f"bold {theme.ERROR}", "result below")
         if not text.cell_len and self.view is not None:
             part("space mark", "dim", "p propose")
         return text
@@ -360,7 +364,7 @@ class PoolScreen(ViewScreen):
         text = Text()
         view = self.view
         if self.source is None:
-            text.append(NO_FLEET, style="bold yellow")
+            text.append(NO_FLEET, style=f"bold {theme.WARNING}")
             self.query_one("#pool-head", Static).update(text)
             return
         name = view.pool if view is not None else (self.pool_name or "…")
@@ -404,26 +408,28 @@ class PoolScreen(ViewScreen):
             text.append(f"pool {name}", style=f"bold {POOL_STYLE}")
             text.append(f"\nevidence: {self.window}", style="dim")
         if self.job:
-            text.append(f"\n⟳ {self.job}…", style="bold yellow")
+            text.append(f"\n⟳ {self.job}…", style=f"bold {theme.PENDING}")
             if self.reading is not None:
                 text.append("\n")
                 text.append_text(self._progress_line(width))
         if self.error:
-            text.append(f"\n✖ {self.error}", style="bold red")
+            text.append(f"\n✖ {self.error}", style=f"bold {theme.ERROR}")
         if view is not None and view.missing:
             items = sorted(view.missing.items())
             for node, reason in items[:MAX_MISSING]:
-                text.append(f"\n✖ {node}: {reason}", style="red")
+                text.append(f"\n✖ {node}: {reason}", style=theme.ERROR)
             if len(items) > MAX_MISSING:
-                text.append(f"\n  … and {len(items) - MAX_MISSING} more nodes without data", style="red")
+                text.append(
+                    f"\n  … and {len(items) - MAX_MISSING} more nodes without data", style=theme.ERROR
+                )
         if view is not None and view.evidence.incomplete:
             # Unreadable history is unknown time: the figures above leave it out, and say so.
             lines = view.evidence.incomplete_lines()
             for line in lines[:-1][:MAX_MISSING]:
-                text.append(f"\n⚠ {line}", style="bold yellow")
+                text.append(f"\n⚠ {line}", style=f"bold {theme.WARNING}")
             if len(lines) - 1 > MAX_MISSING:
-                text.append(f"\n  … and {len(lines) - 1 - MAX_MISSING} more nodes", style="yellow")
-            text.append(f"\n  {lines[-1]}", style="yellow")
+                text.append(f"\n  … and {len(lines) - 1 - MAX_MISSING} more nodes", style=theme.WARNING)
+            text.append(f"\n  {lines[-1]}", style=theme.WARNING)
         if self.gapp.readonly:
             text.append(
                 "\nREADONLY: moving GPUs and applying are disabled; p still shows the planner's proposal"
@@ -438,7 +444,7 @@ class PoolScreen(ViewScreen):
         bar = max(10, min(40, width - 10 - len(figures)))
         full = bar * count // total if total else bar
         text = Text("  history ", style="dim")
-        text.append("━" * full, style="bold yellow")
+        text.append("━" * full, style=f"bold {theme.PENDING}")
         text.append("─" * (bar - full), style="dim")
         text.append(figures)
         return text
@@ -561,8 +567,8 @@ class PoolScreen(ViewScreen):
                 (
                     g.label,
                     (
-                        Text(MARK if marked else " ", style="bold #ffd75f"),
-                        Text(g.label, style="bold #ffd75f" if marked else "bold"),
+                        Text(MARK if marked else " ", style=f"bold {theme.MARKED}"),
+                        Text(g.label, style=f"bold {theme.MARKED}" if marked else "bold"),
                         short_model(g.name) + (" MIG" if g.mig else ""),
                         g.owner or "-",
                         where,
@@ -570,7 +576,7 @@ class PoolScreen(ViewScreen):
                         f"{g.mean:.0%}",
                         self._now(g),
                         Text(users or "nobody", style="" if users else "dim"),
-                        Text(view.carving(g.key), style="#87afd7"),
+                        Text(view.carving(g.key), style=theme.CARVING),
                     ),
                 )
             )
@@ -643,7 +649,9 @@ class PoolScreen(ViewScreen):
             text.append_text(Text.from_markup(line))
             text.append("\n")
         if self.gapp.readonly:
-            text.append("READONLY: applying is disabled (started with --readonly)", style="bold #ffaf00")
+            text.append(
+                "READONLY: applying is disabled (started with --readonly)", style=f"bold {theme.NOTICE}"
+            )
         elif draft.changed or review.plan.changes:
             text.append(
                 "a: apply — asks first, then writes fleet.yaml (backup kept) and applies the plan",
@@ -655,7 +663,7 @@ class PoolScreen(ViewScreen):
     def _applied_text(applied: Applied, after_quit: bool = False) -> Text:
         text = Text()
         view = applied.review.draft.view
-        text.append("Applied", style="bold green" if applied.ok else "bold red")
+        text.append("Applied", style=f"bold {theme.OK}" if applied.ok else f"bold {theme.ERROR}")
         if applied.backup is not None:
             text.append(f": {view.file} written; the previous file is {applied.backup}\n")
         else:
@@ -837,11 +845,11 @@ class PoolScreen(ViewScreen):
             body.append(
                 f"{c['disruptive']} change(s) are disruptive: a node refuses them while processes are in "
                 "the way (no --force here: use gpuops apply --force).\n",
-                style="bold red",
+                style=f"bold {theme.DANGER}",
             )
         failed = [n.name for n in review.plan.nodes if n.failed]
         if failed:
-            body.append(f"Not planned (errors): {', '.join(failed[:5])}.\n", style="red")
+            body.append(f"Not planned (errors): {', '.join(failed[:5])}.\n", style=theme.ERROR)
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -893,7 +901,7 @@ class PoolScreen(ViewScreen):
         else:
             text.append("Nothing was applied.\n")
         if self.error:
-            text.append(f"✖ {self.error}\n", style="bold red")
+            text.append(f"✖ {self.error}\n", style=f"bold {theme.ERROR}")
         return text
 
     def action_clear(self) -> None:

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Static
 
-from gpuops.tui import render
+from gpuops.tui import render, theme
 from gpuops.tui.keys import TABLE_KEYS, Key
 from gpuops.tui.screens.base import ViewScreen, screen_bindings
 from gpuops.tui.table import Cell, Column, LiveTable, Row
@@ -113,9 +113,9 @@ class TenantsScreen(ViewScreen):
         super().__init__()
         self.selected: str | None = None
 
-    DEFAULT_CSS = """
-    #tenants-notice { height: auto; max-height: 2; padding: 0 1; display: none; color: #ffaf00; }
-    #tenants-notice.shown { display: block; }
+    DEFAULT_CSS = f"""
+    #tenants-notice {{ height: auto; max-height: 2; padding: 0 1; display: none; color: {theme.NOTICE}; }}
+    #tenants-notice.shown {{ display: block; }}
     """
 
     def compose_body(self) -> ComposeResult:
@@ -156,14 +156,14 @@ class TenantsScreen(ViewScreen):
         def num(value: float, style: str = "") -> Text:
             return Text(render.gpus(value), style=style if value >= 0.05 else "")
 
-        idle_style = "bold #ffd75f"
+        idle_style = f"bold {theme.IDLE}"
         name = team_label(r.team)
         return (
-            Text(name, style=f"bold {render.POOL_COLOR}" if r.pool is not None else "bold"),
+            Text(name, style=f"bold {theme.POOL}" if r.pool is not None else "bold"),
             str(r.owned) + (f" ({r.unknown}?)" if r.unknown else ""),
             num(r.guaranteed),
             num(r.used),
-            num(r.borrowed, "#87d787"),
+            num(r.borrowed, theme.BORROWED),
             num(r.idle, idle_style),
             num(r.held, render.HELD_TEXT),
             num(r.waste, idle_style),
@@ -174,13 +174,13 @@ class TenantsScreen(ViewScreen):
             str(r.processes),
             Text(
                 render.sparkline(history.values(r.team, "share"), TREND, 100.0, history.points),
-                style="#87d787",
+                style=theme.USED,
             ),
             Text(
                 render.sparkline(
                     history.values(r.team, "idle"), TREND, max(1.0, float(r.silo)), history.points
                 ),
-                style="#ffd75f",
+                style=theme.IDLE,
             ),
         )
 
@@ -194,7 +194,7 @@ class TenantsScreen(ViewScreen):
         history = state.history
         if row.pool is not None:
             first = Text()
-            first.append(row.team, style=f"bold {render.POOL_COLOR}")
+            first.append(row.team, style=f"bold {theme.POOL}")
             first.append(f"  {render.count(row.owned, 'GPU')} ({render.size(row.memory_owned)})")
             words = [
                 f"guarantees {render.gpus(row.guaranteed)} to teams",
@@ -206,7 +206,7 @@ class TenantsScreen(ViewScreen):
         else:
             pooled = f", {row.pooled} of them in pools" if row.pooled else ""
             first = Text()
-            first.append(row.team, style="bold #87afd7")
+            first.append(row.team, style=f"bold {theme.TEAM}")
             first.append(f"  owns {row.owned} GPUs ({render.size(row.memory_owned)}{pooled})")
             words = [
                 f"guaranteed {render.gpus(row.guaranteed)}",
@@ -234,7 +234,9 @@ class TenantsScreen(ViewScreen):
             now = values[-1] if values else 0.0
             low, high = min(values, default=0.0), max(values, default=0.0)
             line = Text(f"{title:>15} ", style="bold")
-            line.append(render.sparkline(values, width, peak if peak > 0 else None, points), style="#87d7ff")
+            line.append(
+                render.sparkline(values, width, peak if peak > 0 else None, points), style=theme.TREND
+            )
             line.append(f"  now {_fmt(kind, now):>7}")
             if full:
                 line.append(f"  min {_fmt(kind, low):>7}  max {_fmt(kind, high):>7}", style="dim")
