@@ -199,6 +199,14 @@ typedef struct nvmlMemory_v2_st {
     unsigned long long free;
     unsigned long long used;
 } nvmlMemory_v2_t;
+/* nvmlDeviceGetComputeRunningProcesses_v2/_v3 (NVML's nvmlProcessInfo_v2_t, = _v3_t) */
+typedef struct nvmlProcessInfo_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory; /* NVML_VALUE_NOT_AVAILABLE_ULL where not known */
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+#define NVML_VALUE_NOT_AVAILABLE_ULL 0xFFFFFFFFFFFFFFFFULL
 #define NVML_STRUCT_VERSION(name, ver) (unsigned int)(sizeof(name) | ((ver) << 24U))
 #define nvmlMemory_v2 NVML_STRUCT_VERSION(nvmlMemory_v2_t, 2)
 

@@ -56,13 +56,27 @@ def parse(out: str) -> dict[str, list[list[str]]]:
 class Lab:
     """One isolated node: a limiter directory, a fake GPU, and a way to run programs on it."""
 
-    def __init__(self, built: Built, root: Path, memory: int = 1024 * MIB, devices: int = 1) -> None:
+    def __init__(
+        self,
+        built: Built,
+        root: Path,
+        memory: int = 1024 * MIB,
+        devices: int = 1,
+        context_bytes: int = 0,
+        reserved: int = 0,
+    ) -> None:
         self.built = built
         self.dir = root / "limiter"
         self.dir.mkdir()
         self.state = root / "fakegpu.state"
         self.memory = memory
         self.devices = devices
+        # What each CUDA context costs on the fake GPU and what its driver reserves of the card:
+        # none by default, so that tests of the accounting of allocations see exact figures; the
+        # fake driver's own default is the H100's (tests/native/fake/fakegpu_state.c), which
+        # tests of context memory ask for (test_context_memory.py).
+        self.context_bytes = context_bytes
+        self.reserved = reserved
         self.fake = FakeGpu(self.state)
         self.procs: list[subprocess.Popen[str]] = []
 
@@ -85,6 +99,8 @@ class Lab:
             FAKECUDA_STATE=str(self.state),
             FAKECUDA_MEMORY=str(self.memory),
             FAKECUDA_DEVICES=str(self.devices),
+            FAKECUDA_CONTEXT_BYTES=str(self.context_bytes),
+            FAKECUDA_RESERVED=str(self.reserved),
             GPUOPS_LIMITER_DIR=str(self.dir),
             LD_LIBRARY_PATH=str(self.built.fake_dir),
         )

@@ -37,6 +37,11 @@ class FakeGpu:
             assert magic == MAGIC
             return struct.unpack_from("<Q", m, DEV_OFF + dev * DEV_SIZE + 8)[0]
 
+    def ooms(self, dev: int = 0) -> int:
+        """How many allocations (contexts included) the fake driver refused for lack of memory."""
+        with self._map() as m:
+            return struct.unpack_from("<Q", m, DEV_OFF + dev * DEV_SIZE + 120)[0]
+
     def busy_by_pid(self, dev: int = 0) -> dict[int, int]:
         out: dict[int, int] = {}
         with self._map() as m:

@@ -149,6 +149,7 @@ static int mem_reserve(int dev, uint64_t size) {
         }
         if (attempt == 0) fg_sweep_dead(S);
     }
+    atomic_fetch_add(&d->ooms, 1);
     return 0;
 }
 
@@ -464,11 +465,28 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attrib, CUdevice d) {
     return CUDA_SUCCESS;
 }
 
+/* A context takes device memory (the device's ctx_bytes) while it exists: the primary context
+ * from its first retain until its last release (or a reset), each created context until it is
+ * destroyed; without the memory, creating it fails with CUDA_ERROR_OUT_OF_MEMORY, as on a full
+ * GPU.  A dead process's contexts are returned with the rest of its memory. */
+static pthread_mutex_t g_primary_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void count_ctx(int dev, int delta) {
+    int pi = fg_proc_index();
+    if (pi >= 0) atomic_fetch_add(&S->procs[pi].ctxs[dev], (uint32_t)delta);
+}
+
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
     CHECK_INIT();
     if (!c) return CUDA_ERROR_INVALID_VALUE;
     if (!valid_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
-    __atomic_add_fetch(&g_primary[d].refs, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&g_primary_lock);
+    if (g_primary[d].refs == 0 && !mem_reserve(d, S->dev[d].ctx_bytes)) {
+        pthread_mutex_unlock(&g_primary_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (g_primary[d].refs++ == 0) count_ctx(d, 1);
+    pthread_mutex_unlock(&g_primary_lock);
     *c = &g_primary[d];
     return CUDA_SUCCESS;
 }
@@ -476,7 +494,40 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
     CHECK_INIT();
     if (!valid_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
-    __atomic_sub_fetch(&g_primary[d].refs, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&g_primary_lock);
+    if (g_primary[d].refs <= 0) {
+        pthread_mutex_unlock(&g_primary_lock);
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (--g_primary[d].refs == 0) {
+        mem_unreserve(d, S->dev[d].ctx_bytes);
+        count_ctx(d, -1);
+    }
+    pthread_mutex_unlock(&g_primary_lock);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
+    CHECK_INIT();
+    if (!valid_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_primary_lock);
+    if (g_primary[d].refs > 0) {
+        mem_unreserve(d, S->dev[d].ctx_bytes);
+        count_ctx(d, -1);
+    }
+    g_primary[d].refs = 0;
+    pthread_mutex_unlock(&g_primary_lock);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned *flags, int *active) {
+    CHECK_INIT();
+    if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_primary_lock);
+    *flags = 0;
+    *active = g_primary[d].refs > 0;
+    pthread_mutex_unlock(&g_primary_lock);
     return CUDA_SUCCESS;
 }
 
@@ -485,6 +536,8 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d) {
     CHECK_INIT();
     if (!c) return CUDA_ERROR_INVALID_VALUE;
     if (!valid_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
+    if (!mem_reserve(d, S->dev[d].ctx_bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+    count_ctx(d, 1);
     struct CUctx_st *x = calloc(1, sizeof *x);
     x->magic = M_CTX;
     x->dev = d;
@@ -497,9 +550,11 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d) {
 EXPORT CUresult cuCtxDestroy_v2(CUcontext c) {
     CHECK_INIT();
     if (!c || c->magic != M_CTX || c->primary) return CUDA_ERROR_INVALID_CONTEXT;
-    wait_seq(c->dev, Q[c->dev].head ? Q[c->dev].head - 1 : 0);
+    if (Q[c->dev].head) wait_seq(c->dev, Q[c->dev].head - 1); /* its work done (none: nothing to wait for) */
     if (t_ctx == c) t_ctx = t_ctx_depth ? t_ctx_stack[--t_ctx_depth] : NULL;
     c->magic = 0;
+    mem_unreserve(c->dev, S->dev[c->dev].ctx_bytes);
+    count_ctx(c->dev, -1);
     return CUDA_SUCCESS;
 }
 
@@ -1084,6 +1139,8 @@ static const struct procent g_procs[] = {
     P("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
     P("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
     P("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+    P("cuDevicePrimaryCtxReset", 11000, cuDevicePrimaryCtxReset_v2),
+    P("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
     P("cuCtxCreate", 3020, cuCtxCreate_v2),
     P("cuCtxDestroy", 4000, cuCtxDestroy_v2),
     P("cuCtxSetCurrent", 4000, cuCtxSetCurrent),

@@ -18,15 +18,20 @@
 #define FG_MAX_PROCS 4096
 #define FG_LOG_ENTRIES 65536
 
+/* Memory: the card has total_mem + reserved_mem bytes (NVML's total); CUDA programs can use
+ * total_mem of them (cuDeviceTotalMem), and every context takes ctx_bytes of that, as on a real
+ * GPU (FAKECUDA_MODEL, FAKECUDA_CONTEXT_BYTES, FAKECUDA_RESERVED in fakegpu_state.c). */
 struct fg_dev {
-    uint64_t total_mem;            /* 0 */
+    uint64_t total_mem;            /* 0: what CUDA programs can use */
     _Atomic uint64_t used_mem;     /* 8 */
     _Atomic uint64_t free_at_ns;   /* 16: the timeline is reserved up to here */
     _Atomic uint64_t busy_ns;      /* 24: GPU time of all kernels run */
     _Atomic uint64_t kernels;      /* 32 */
     uint8_t uuid[16];              /* 40 */
-    char name[64];                 /* 56 */
-    uint8_t pad[8];                /* 120 */
+    char name[48];                 /* 56 */
+    uint64_t reserved_mem;         /* 104: what the driver keeps of the card (NVML's "reserved") */
+    uint64_t ctx_bytes;            /* 112: device memory each CUDA context costs */
+    _Atomic uint64_t ooms;         /* 120: allocations the driver refused for lack of memory */
 };
 
 struct fg_proc {
@@ -36,7 +41,8 @@ struct fg_proc {
     _Atomic uint64_t mem[FG_MAX_DEV];     /* 16 */
     _Atomic uint64_t busy_ns[FG_MAX_DEV]; /* 48 */
     _Atomic uint64_t kernels;      /* 80 */
-    uint8_t pad[40];               /* 88 */
+    _Atomic uint32_t ctxs[FG_MAX_DEV];    /* 88: its contexts on each device (NVML lists it there) */
+    uint8_t pad[24];               /* 104 */
 };
 
 struct fg_log {
@@ -74,5 +80,6 @@ struct fg_state *fg_attach(void);          /* maps (creating if needed) $FAKECUD
 int fg_proc_index(void);                    /* this process's entry, registering it */
 uint64_t fg_now_ns(void);
 void fg_sweep_dead(struct fg_state *st);   /* returns memory of dead processes */
+int fg_proc_alive(const struct fg_proc *p); /* its pid lives and is the same process (start time) */
 
 #endif

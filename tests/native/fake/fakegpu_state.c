@@ -34,12 +34,38 @@ static const char *state_path(void) {
     return (p && *p) ? p : "/tmp/fakecuda.state";
 }
 
+/* What a CUDA context costs and what the driver reserves, per model, as measured on the real
+ * one: the H100 figures are docs/gpu-runs/2026-11-26b (a PyTorch process held 518 MiB before
+ * any allocation: memory-default.json; nvidia-smi's memory.reserved 480 MiB: nvml.json).  A
+ * fake GPU of no model costs what the H100's context costs and reserves nothing.
+ * FAKECUDA_CONTEXT_BYTES and FAKECUDA_RESERVED override the model's figures. */
+struct fg_model {
+    const char *key;
+    const char *name;
+    uint64_t ctx_bytes;
+    uint64_t reserved;
+};
+static const struct fg_model g_models[] = {
+    {"", "", 518ull << 20, 0},
+    {"h100", "NVIDIA H100 80GB HBM3", 518ull << 20, 480ull << 20},
+};
+
+static const struct fg_model *find_model(const char *key) {
+    for (size_t i = 0; key && *key && i < sizeof g_models / sizeof g_models[0]; i++)
+        if (strcmp(g_models[i].key, key) == 0) return &g_models[i];
+    return &g_models[0];
+}
+
 static void init_state(struct fg_state *st) {
     memset(st, 0, sizeof(*st));
     uint64_t ndev = env_u64("FAKECUDA_DEVICES", 1);
     if (ndev < 1) ndev = 1;
     if (ndev > FG_MAX_DEV) ndev = FG_MAX_DEV;
     uint64_t mem = env_u64("FAKECUDA_MEMORY", 16ull << 30);
+    const struct fg_model *model = find_model(getenv("FAKECUDA_MODEL"));
+    uint64_t ctx = env_u64("FAKECUDA_CONTEXT_BYTES", model->ctx_bytes);
+    uint64_t reserved = env_u64("FAKECUDA_RESERVED", model->reserved);
+    if (reserved > mem) reserved = mem;
     st->version = FG_VERSION;
     st->ndev = (uint32_t)ndev;
     pthread_mutexattr_t a;
@@ -50,12 +76,15 @@ static void init_state(struct fg_state *st) {
     pthread_mutexattr_destroy(&a);
     for (uint32_t i = 0; i < ndev; i++) {
         struct fg_dev *d = &st->dev[i];
-        d->total_mem = mem;
+        d->total_mem = mem - reserved;
+        d->reserved_mem = reserved;
+        d->ctx_bytes = ctx;
         static const uint8_t base[16] = {0xfa, 0x4e, 0x00, 0x00, 0x6b, 0x1d, 0x4c, 0x2e,
                                          0x9a, 0x51, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
         memcpy(d->uuid, base, 16);
         d->uuid[15] = (uint8_t)i;
-        snprintf(d->name, sizeof d->name, "Fake GPU %u", i);
+        if (model->name[0]) snprintf(d->name, sizeof d->name, "%s", model->name);
+        else snprintf(d->name, sizeof d->name, "Fake GPU %u", i);
     }
     st->magic = FG_MAGIC;
 }
@@ -127,7 +156,7 @@ static uint64_t proc_starttime(pid_t pid) {
     return 0;
 }
 
-static int proc_alive(const struct fg_proc *p) {
+int fg_proc_alive(const struct fg_proc *p) {
     int pid = atomic_load(&p->pid);
     if (pid <= 0) return 0;
     if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
@@ -144,6 +173,7 @@ static void release_entry(struct fg_state *st, struct fg_proc *p) {
     for (int d = 0; d < FG_MAX_DEV; d++) {
         uint64_t m = atomic_exchange(&p->mem[d], 0);
         if (m) atomic_fetch_sub(&st->dev[d].used_mem, m);
+        atomic_store(&p->ctxs[d], 0);
     }
     atomic_store(&p->pid, 0);
 }
@@ -152,7 +182,7 @@ void fg_sweep_dead(struct fg_state *st) {
     lock_state(st);
     for (int i = 0; i < FG_MAX_PROCS; i++) {
         struct fg_proc *p = &st->procs[i];
-        if (atomic_load(&p->pid) > 0 && !proc_alive(p)) release_entry(st, p);
+        if (atomic_load(&p->pid) > 0 && !fg_proc_alive(p)) release_entry(st, p);
     }
     pthread_mutex_unlock(&st->lock);
 }
@@ -175,7 +205,7 @@ int fg_proc_index(void) {
         int pid = atomic_load(&p->pid);
         if (pid == 0) {
             chosen = i;
-        } else if (!proc_alive(p)) {
+        } else if (!fg_proc_alive(p)) {
             release_entry(st, p);
             chosen = i;
         }
@@ -186,6 +216,7 @@ int fg_proc_index(void) {
         for (int d = 0; d < FG_MAX_DEV; d++) {
             atomic_store(&p->mem[d], 0);
             atomic_store(&p->busy_ns[d], 0);
+            atomic_store(&p->ctxs[d], 0);
         }
         atomic_store(&p->kernels, 0);
         atomic_store(&p->pid, (int32_t)me);

@@ -57,8 +57,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
     if (!d || !m) return NVML_ERROR_INVALID_ARGUMENT;
     struct fg_dev *x = &S->dev[d->index];
     uint64_t used = atomic_load(&x->used_mem);
-    m->total = x->total_mem;
-    m->used = used;
+    /* the card's whole memory; v1's "used" includes what the driver reserves */
+    m->total = x->total_mem + x->reserved_mem;
+    m->used = used + x->reserved_mem;
     m->free = used > x->total_mem ? 0 : x->total_mem - used;
     return NVML_SUCCESS;
 }
@@ -69,9 +70,42 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *
     if (m->version != nvmlMemory_v2) return NVML_ERROR_INVALID_ARGUMENT;
     struct fg_dev *x = &S->dev[d->index];
     uint64_t used = atomic_load(&x->used_mem);
-    m->total = x->total_mem;
-    m->reserved = 0;
+    m->total = x->total_mem + x->reserved_mem;
+    m->reserved = x->reserved_mem;
     m->used = used;
     m->free = used > x->total_mem ? 0 : x->total_mem - used;
     return NVML_SUCCESS;
+}
+
+/* The processes with a context on the device, and the device memory each holds (contexts
+ * included): what the real one lists, host pids (the fake's processes share one namespace). */
+static nvmlReturn_t running(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos) {
+    if (!S) return NVML_ERROR_UNINITIALIZED;
+    if (!d || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned n = 0, room = infos ? *count : 0;
+    int dead = 0;
+    for (int i = 0; i < FG_MAX_PROCS; i++) {
+        struct fg_proc *p = &S->procs[i];
+        int pid = atomic_load(&p->pid);
+        if (pid <= 0) continue;
+        uint64_t mem = atomic_load(&p->mem[d->index]);
+        if (!atomic_load(&p->ctxs[d->index]) && !mem) continue;
+        if (!fg_proc_alive(p)) { /* dead (its pid maybe reused): it holds nothing */
+            dead = 1;
+            continue;
+        }
+        if (n < room) infos[n] = (nvmlProcessInfo_t){(unsigned)pid, mem, 0xFFFFFFFFu, 0xFFFFFFFFu};
+        n++;
+    }
+    if (dead) fg_sweep_dead(S); /* the driver frees what dead processes held */
+    *count = n;
+    return n > room ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos) {
+    return running(d, count, infos);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos) {
+    return running(d, count, infos);
 }

@@ -15,6 +15,9 @@
     X(cuDeviceGetCount, CUresult, (int *))                                                           \
     X(cuDeviceTotalMem_v2, CUresult, (size_t *, CUdevice))                                           \
     X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext *, CUdevice))                                   \
+    X(cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice))                                            \
+    X(cuCtxCreate_v2, CUresult, (CUcontext *, unsigned, CUdevice))                                   \
+    X(cuCtxDestroy_v2, CUresult, (CUcontext))                                                        \
     X(cuCtxSetCurrent, CUresult, (CUcontext))                                                        \
     X(cuCtxSynchronize, CUresult, (void))                                                            \
     X(cuMemGetInfo_v2, CUresult, (size_t *, size_t *))                                               \

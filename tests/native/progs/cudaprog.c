@@ -15,6 +15,8 @@
 
 static struct api A;
 static CUfunction g_fn;
+static CUcontext g_ctx[16];
+static int g_nctx;
 
 enum { K_MEM = 1, K_ASYNC, K_HANDLE, K_ARRAY, K_MIPMAP };
 struct held { int kind; uint64_t h; };
@@ -152,6 +154,19 @@ int main(int argc, char **argv) {
             if (!r) r = A.cuDevicePrimaryCtxRetain(&ctx, d);
             if (!r) r = A.cuCtxSetCurrent(ctx);
             printf("dev %d\n", r);
+        } else if (strcmp(c, "cuinit") == 0) {
+            printf("cuinit %d\n", A.cuInit(0));
+        } else if (strcmp(c, "ctx") == 0) {
+            /* a context of its own on device N (cuCtxCreate makes it current) */
+            CUresult r = A.cuCtxCreate_v2(&g_ctx[g_nctx < 16 ? g_nctx : 15], 0, (CUdevice)num(ARG()));
+            if (!r && g_nctx < 16) g_nctx++;
+            printf("ctx %d\n", r);
+        } else if (strcmp(c, "ctxdestroy") == 0) {
+            CUresult r = g_nctx ? A.cuCtxDestroy_v2(g_ctx[--g_nctx]) : CUDA_ERROR_INVALID_CONTEXT;
+            printf("ctxdestroy %d\n", r);
+        } else if (strcmp(c, "release") == 0) {
+            CUresult r = A.cuDevicePrimaryCtxRelease_v2((CUdevice)num(ARG()));
+            printf("release %d\n", r);
         } else if (strcmp(c, "alloc") == 0 || strcmp(c, "managed") == 0 || strcmp(c, "async") == 0 ||
                    strcmp(c, "pool") == 0) {
             size_t size = num(ARG());
