@@ -14,12 +14,13 @@ the Kubernetes one re-reading its pods file, may answer differently from one upd
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from math import nan
+from typing import NamedTuple
 
 from gpuops.core.busy import is_busy
 from gpuops.core.history import instance_fraction
-from gpuops.core.model import Gpu, GpuProcess
+from gpuops.core.model import Gpu, GpuProcess, MigState
 from gpuops.fleet.source import LIVE, STALE, NodeView
 from gpuops.tenancy.ownership import UNOWNED, Ownership
 from gpuops.views.common import (
@@ -198,6 +199,14 @@ def process_memory(processes: Sequence[GpuProcess], fallback: int | None) -> lis
     return [k if k is not None else share for k in known]
 
 
+class TeamAccs(dict[str, TeamAcc]):
+    """TeamAccs by team (or pool) name; a name not there yet gets a new one."""
+
+    def __missing__(self, name: str) -> TeamAcc:
+        acc = self[name] = TeamAcc()
+        return acc
+
+
 class _Layout:
     """A MIG layout's instances as the views read them, worked out once per layout: (id, share of
     the GPU, memory) in the layout's order (the tenants'), the order of their first slices (the
@@ -225,8 +234,40 @@ class _Layout:
         # a MIG GPU without instances is one EMPTY_MIG cell; free capacity over 1% one FREE cell
         self.cells = len(order) + (1 if round(1.0 - used, 6) > 0.01 else 0) if order else 1
 
+    @staticmethod
+    def kept(layout: _Layout | None, gpu: Gpu, mig: MigState) -> _Layout:
+        """`layout` (the GPU's in the node's previous view) while the GPU's layout is the same,
+        else the new one worked out."""
+        if (
+            layout is not None
+            and (layout.mig is mig or layout.mig == mig)
+            and layout.model == gpu.info.mig_model
+        ):
+            return layout
+        return _Layout(gpu)
+
 
 _MODELS: dict[str, str] = {}  # short_model's answers by GPU name
+
+
+class NodeFigures(NamedTuple):
+    """A node row's figures, summed by the fused pass (`NodeFacts.row`) in the order the full
+    row adds them (`views.nodes.node_row`), so equal to its figures to the last digit."""
+
+    models: str  # "2x A100-80GB, 6x H100-80GB": the GPUs per short model name
+    owners: frozenset[str | None]  # the GPUs' owners (None: nobody's)
+    processes: int
+    memory_used: int  # bytes
+    memory_total: int  # bytes
+    cells: int  # the grid's cells: a whole or lost GPU one, a MIG GPU its slices (`_Layout.cells`)
+    busy: float  # GPU-equivalents busy (0 without a sample)
+    held: float  # GPU-equivalents held idle (0 without a sample)
+    util_sum: float  # utilization times its weight (GPU-equivalents), over what reports one
+    util_weight: float
+
+
+_NO_FIGURES = NodeFigures("", frozenset(), 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0)
+_new_tuple = tuple.__new__
 
 
 class NodeFacts:
@@ -254,29 +295,22 @@ class NodeFacts:
         "view",
     )
 
-    def __init__(self, view: NodeView) -> None:
+    def __init__(
+        self,
+        view: NodeView,
+        gpus: Sequence[Gpu],
+        places: dict[tuple[object, ...], tuple[str | None, str | None]],
+        layouts: dict[int, _Layout],
+    ) -> None:
         self.view = view
-        self.gpus: Sequence[Gpu] = ()
+        self.gpus = gpus
         self.placed: list[tuple[str | None, str | None]] = []  # each GPU's (owner, pool)
         self.tenants: list[tuple[str, ...]] = []
-        self.places: dict[tuple[object, ...], tuple[str | None, str | None]] = {}
-        self.layouts: dict[int, _Layout] = {}
-        self.teams: dict[str, TeamAcc] = {}
-        self.pools: dict[str, TeamAcc] = {}
-        # models text, owners, processes, memory used, memory total, cells, busy, held,
-        # utilization sum and weight
-        self.row: tuple[str, frozenset[str | None], int, int, int, int, float, float, float, float] = (
-            "",
-            frozenset(),
-            0,
-            0,
-            0,
-            0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-        )
+        self.places = places  # (owner, pool) by (index, uuid, name, the GPU's owner)
+        self.layouts = layouts  # the MIG GPUs' by index
+        self.teams = TeamAccs()
+        self.pools = TeamAccs()
+        self.row = _NO_FIGURES
         self._pass: NodePass | None = None
         # each GPU's point for its history (views.gpu_history.gpu_point, NaN for None), flat
         self.points: list[float] = []
@@ -316,9 +350,72 @@ def node_facts(view: NodeView, ownership: Ownership) -> NodeFacts:
     return facts
 
 
+class _Sums:
+    """The node row's figures that the pass adds GPU by GPU and slice by slice, in the order the
+    full row adds them (`row` makes them a `NodeFigures`)."""
+
+    __slots__ = ("busy", "held", "memory_used", "util_sum", "util_weight")
+
+    def __init__(self) -> None:
+        self.memory_used = 0
+        self.busy = self.held = self.util_sum = self.util_weight = 0.0
+
+    def row(
+        self,
+        models: str,
+        owners: set[str | None],
+        processes: int,
+        memory_total: int,
+        cells: int,
+        sampled: bool,
+    ) -> NodeFigures:
+        # NodeFigures(...) without its Python-level __new__ (as namedtuple's _make): every node,
+        # every update
+        return _new_tuple(
+            NodeFigures,
+            (
+                models,
+                frozenset(owners),
+                processes,
+                self.memory_used,
+                memory_total,
+                cells,
+                round(self.busy, 6) if sampled else 0.0,
+                round(self.held, 6) if sampled else 0.0,
+                self.util_sum,
+                self.util_weight,
+            ),
+        )
+
+
+def _models(gpus: Sequence[Gpu], old: NodeFacts | None) -> str:
+    """'2x A100-80GB, 6x H100-80GB': the GPUs by short model name; the previous view's text while
+    the GPUs are the same objects (a new sample keeps what did not change: core.codec.from_delta)."""
+    if old is not None and len(old.gpus) == len(gpus):
+        for before, now in zip(old.gpus, gpus, strict=True):
+            if before.info is not now.info:
+                break
+        else:
+            return old.row.models
+    names: dict[str, int] = {}  # GPUs by model name
+    for gpu in gpus:
+        gpu_name = gpu.info.name
+        names[gpu_name] = names.get(gpu_name, 0) + 1
+    models: dict[str, int] = {}
+    for gpu_name, n in names.items():
+        model = _MODELS.get(gpu_name)
+        if model is None:
+            model = _MODELS[gpu_name] = short_model(gpu_name)
+        models[model] = models.get(model, 0) + n
+    return ", ".join(f"{n}x {m}" for m, n in sorted(models.items()))
+
+
 def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> NodeFacts:
-    facts = NodeFacts(view)
-    gpus = facts.gpus = view_gpus(view)
+    """The pass itself, GPU by GPU in the node's order: where the GPU is (owner, pool) and whose
+    its processes are (reusing `old`'s where they cannot have changed), what its owner and its
+    pool count of it, then its figures: `_mig_gpu` slice by slice, or `_whole_gpu`. The per-GPU
+    steps stay inline here (not functions) because they run for every GPU of every update."""
+    gpus = view_gpus(view)
     sampled = view.sample is not None
     current = sampled and view.state in (LIVE, STALE)
     # What a new view of the node may reuse: where each GPU's owner and pool came from (they
@@ -331,33 +428,23 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
     old_placed = old.placed if old is not None else []
     same_place: Sequence[Gpu] = old.gpus if old is not None and reuse else ()  # places to reuse
     old_tenants = old.tenants if old is not None else []
-    facts.places = places
-    facts.layouts = new_layouts = {}
+    new_layouts: dict[int, _Layout] = {}
+    facts = NodeFacts(view, gpus, places, new_layouts)
     placed = facts.placed
     tenants_list = facts.tenants
     teams = facts.teams
     pools = facts.pools
     tenant = ownership.tenant
-
-    def get(team: str) -> TeamAcc:
-        a = teams.get(team)
-        if a is None:
-            a = teams[team] = TeamAcc()
-        return a
-
-    names: dict[str, int] = {}  # GPUs by model name
+    sums = _Sums()
+    points = facts.points
     owners: set[str | None] = set()
-    processes_n = mem_used = mem_total = count = 0
-    busy: float = 0
-    held: float = 0
-    util_sum = util_weight = 0.0
+    processes_n = mem_total = cells = 0
     index_list: list[int] = []
-    points: list[float] = []  # each GPU's (utilization, memory %, watts, °C), NaN: not reported
-    nan = math.nan
     for i, gpu in enumerate(gpus):
         info = gpu.info
         index = info.index
         index_list.append(index)
+        # where it is: its owner and pool
         if i < len(same_place) and same_place[i].info is info and same_place[i].owner == gpu.owner:
             place = old_placed[i]  # the same GPU as at the last sample, the node's owner unchanged
         else:
@@ -369,6 +456,7 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
         owner, pool = place
         placed.append(place)
         owners.add(owner)
+        # whose its processes are
         processes = gpu.processes
         nproc = len(processes)
         s = gpu.sample
@@ -387,24 +475,19 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
         else:
             tenants = tuple([tenant(p, owner)[0] for p in processes])
         tenants_list.append(tenants)
-        gpu_name = info.name
-        names[gpu_name] = names.get(gpu_name, 0) + 1
         raw = info.memory_total_bytes
         total = (raw if type(raw) is int else as_int(raw)) or 0
         mem_total += total
         processes_n += nproc
         # the tenants' side: whose GPU it is and who answers for its capacity
         owner_name = owner or UNOWNED
-        o = teams.get(owner_name) or get(owner_name)
+        o = teams[owner_name]
         o.owned += 1
         o.memory_owned += total
         if pool is None:
             c = o
         else:
-            found_pool = pools.get(pool)
-            if found_pool is None:
-                found_pool = pools[pool] = TeamAcc()
-            c = found_pool
+            c = pools[pool]
             c.owned += 1
             c.memory_owned += total
         c.silo += 1
@@ -415,223 +498,262 @@ def _node_facts(view: NodeView, ownership: Ownership, old: NodeFacts | None) -> 
             c.waste += 1.0
         mig = gpu.mig
         if mig is not None and mig.current:
-            if s is not None:
-                mem_used += as_int(s.memory_used_bytes) or 0
-            layout = layouts.get(index)
-            same = layout is not None and (layout.mig is mig or layout.mig == mig)
-            if not same or layout is None or layout.model != info.mig_model:
-                layout = _Layout(gpu)
-            new_layouts[index] = layout
-            count += 1 if lost else layout.cells  # a lost GPU is one LOST cell (cells_of)
-            instances = layout.instances
-            samples = {m.gpu_instance_id: m for m in gpu.mig_samples}
-            on: dict[int | None, list[int]] = {}  # processes by GPU instance, by position
-            for k, p in enumerate(processes):
-                gi_id = p.gpu_instance_id
-                found = on.get(gi_id)
-                if found is None:
-                    on[gi_id] = [k]
-                else:
-                    found.append(k)
+            layout = new_layouts[index] = _Layout.kept(layouts.get(index), gpu, mig)
+            cells += 1 if lost else layout.cells  # a lost GPU is one LOST cell (cells_of)
             usage = current and not lost
-            pooled = pool is not None
-            order = layout.order
-            figures: list[tuple[float, str, float | None]] = []  # the cells' figures, layout order
-            slices_util = slices_weight = 0.0  # the GPU's utilization for its history, as gpu_point
-            for gi_id, fraction, gi_memory in instances:
-                sample = samples.get(gi_id)
-                procs: Sequence[int] = on.get(gi_id, ())
-                on_it = len(procs)
-                # as_int, as_float, percent_of and capacity_state (busy: core's is_busy), inline:
-                # every MIG slice
-                if sample is None:
-                    util = memory = memory_t = None
-                    used_b = None
-                else:
-                    raw_used = sample.memory_used_bytes
-                    used_b = raw_used if type(raw_used) is int else as_int(raw_used)
-                    raw_total = sample.memory_total_bytes
-                    total_b = raw_total if type(raw_total) is int else as_int(raw_total)
-                    raw_util = sample.sm_utilization_percent
-                    util = raw_util if type(raw_util) is float else as_float(raw_util)
-                    size: int | None = total_b or gi_memory
-                    if type(size) is not int:
-                        size = as_int(size)
-                    memory = None if used_b is None or size is None or size <= 0 else 100.0 * used_b / size
-                    memory_t = memory if total_b else None  # the tenants read the sample's alone
-                if util is not None:
-                    slices_util += util * fraction
-                    slices_weight += fraction
-                if is_busy(util, on_it):
-                    state = BUSY
-                elif on_it or (memory is not None and memory >= HELD_MEMORY_PERCENT):
-                    state = HELD
-                else:
-                    state = FREE
-                if lost:
-                    pass  # its LOST cell: not busy, not held, no utilization
-                elif order is None:  # the cells' order: add the row's figures now
-                    if state == BUSY:
-                        busy += fraction
-                    elif state == HELD:
-                        held += fraction
-                    if util is not None:
-                        util_sum += util * fraction
-                        util_weight += fraction
-                else:
-                    figures.append((fraction, state, util))
-                if not usage:
-                    continue
-                if memory_t is not memory:
-                    state = capacity_state(util, on_it, memory_t)
-                if state != BUSY:
-                    c.idle += fraction
-                    if state == HELD:
-                        c.held += fraction
-                if not on_it:
-                    c.waste += fraction
-                    continue
-                # GPU-time: the slice's SM utilization where GPM gives it, else all of it (a
-                # process holds it and NVML says nothing more).
-                fraction_busy = busy_fraction(util)
-                busy_time = 1.0 if fraction_busy is None else fraction_busy
-                c.waste += fraction * (1.0 - busy_time)
-                if on_it == 1:  # one process: all the slice's use (process_memory, weights: 1.0)
-                    k = procs[0]
-                    t = tenants[k]
-                    a = teams.get(t) or get(t)
-                    raw_m = processes[k].used_memory_bytes
-                    m = raw_m if type(raw_m) is int else as_int(raw_m)
-                    a.memory_used += (used_b or 0) if m is None else m
-                    a.processes += 1
-                    a.use(t, o, owner_name, pooled, fraction)
-                    a.steps.append(fraction * busy_time)
-                    continue
-                on_slice = [processes[k] for k in procs]
-                slice_tenants = [tenants[k] for k in procs]
-                for t, m in zip(slice_tenants, process_memory(on_slice, used_b), strict=True):
-                    a = get(t)
-                    a.memory_used += m
-                    a.processes += 1
-                for t, w in weights(on_slice, slice_tenants).items():
-                    a = get(t)
-                    a.use(t, o, owner_name, pooled, fraction * w)
-                    a.steps.append(fraction * w * busy_time)
-            if order is not None and not lost:
-                for k in order:
-                    fraction, state, util = figures[k]
-                    if state == BUSY:
-                        busy += fraction
-                    elif state == HELD:
-                        held += fraction
-                    if util is not None:
-                        util_sum += util * fraction
-                        util_weight += fraction
-            if usage:
-                free = max(0.0, 1.0 - layout.allocated)
-                c.idle += free
-                c.waste += free
-            if s is None:
-                points += (nan, nan, nan, nan)
-                continue
-            whole = as_float(s.utilization_gpu_percent)
-            if whole is None and slices_weight > 0:
-                whole = slices_util / slices_weight
-            memory = percent_of(s.memory_used_bytes, s.memory_total_bytes)
-            power = as_float(s.power_watts)
-            temperature = as_float(s.temperature_celsius)
-            points += (
-                nan if whole is None else whole,
-                nan if memory is None else memory,
-                nan if power is None else power,
-                nan if temperature is None else temperature,
+            _mig_gpu(
+                gpu, layout, tenants, lost, usage, o, owner_name, pool is not None, c, teams, sums, points
             )
-            continue
-        count += 1
-        if s is None:
-            points += (nan, nan, nan, nan)
-            if current and not lost:
-                c.capacity(FREE, 1.0)
-                _whole_usage(tenants, gpu, None, None, o, owner_name, pool is not None, c, get)
-            continue
-        raw = s.memory_used_bytes
-        used: int | None = raw if type(raw) is int else as_int(raw)
-        mem_used += used or 0
-        raw_util = s.utilization_gpu_percent
-        util = raw_util if type(raw_util) is float else as_float(raw_util)
-        raw = s.memory_total_bytes
-        total_s: int | None = raw if type(raw) is int else as_int(raw)
-        memory = None if used is None or total_s is None or total_s <= 0 else 100.0 * used / total_s
-        raw_power = s.power_watts
-        power = raw_power if type(raw_power) is float else as_float(raw_power)
-        raw_temperature = s.temperature_celsius
-        temperature = raw_temperature if type(raw_temperature) is float else as_float(raw_temperature)
-        points += (
-            nan if util is None else util,
-            nan if memory is None else memory,
-            nan if power is None else power,
-            nan if temperature is None else temperature,
-        )
-        if lost:
-            continue  # a LOST cell: not busy, not held, no utilization
-        # capacity_state (busy: core's is_busy) and TeamAcc.capacity, inline: every whole GPU,
-        # every update
-        if is_busy(util, nproc):
-            busy += 1.0
-        elif nproc or (memory is not None and memory >= HELD_MEMORY_PERCENT):
-            held += 1.0
-            if current:
-                c.idle += 1.0
-                c.held += 1.0
-        elif current:
-            c.idle += 1.0
-        if util is not None:
-            util_sum += util * 1.0
-            util_weight += 1.0
-        if not current:
-            continue
-        if nproc == 1 and len(tenants) == 1:  # the usual GPU: one process, all its use (weights: 1.0)
-            t = tenants[0]
-            a = teams.get(t) or get(t)
-            raw_m = processes[0].used_memory_bytes
-            m = raw_m if type(raw_m) is int else as_int(raw_m)
-            a.memory_used += (used or 0) if m is None else m  # process_memory
-            a.processes += 1
-            fraction_busy = busy_fraction(util)
-            busy_time = 1.0 if fraction_busy is None else fraction_busy
-            # TeamAcc.use, inline
-            a.used += 1.0
-            if t != owner_name:
-                a.outside += 1.0
-                if pool is None:
-                    o.lent += 1.0
-            elif pool is not None:
-                a.outside += 1.0
-            a.steps.append(busy_time * 1.0)
-            c.waste += 1.0 - busy_time
         else:
-            _whole_usage(tenants, gpu, util, used, o, owner_name, pool is not None, c, get)
-    facts.points = points
+            cells += 1
+            _whole_gpu(gpu, tenants, lost, current, o, owner_name, pool, c, teams, sums, points)
     facts.indexes = tuple(index_list)
-    models: dict[str, int] = {}
-    for gpu_name, n in names.items():
-        model = _MODELS.get(gpu_name)
-        if model is None:
-            model = _MODELS[gpu_name] = short_model(gpu_name)
-        models[model] = models.get(model, 0) + n
-    facts.row = (
-        ", ".join(f"{n}x {m}" for m, n in sorted(models.items())),
-        frozenset(owners),
-        processes_n,
-        mem_used,
-        mem_total,
-        count,
-        round(busy, 6) if sampled else 0.0,
-        round(held, 6) if sampled else 0.0,
-        util_sum,
-        util_weight,
-    )
+    facts.row = sums.row(_models(gpus, old), owners, processes_n, mem_total, cells, sampled)
     return facts
+
+
+def _mig_gpu(
+    gpu: Gpu,
+    layout: _Layout,
+    tenants: tuple[str, ...],
+    lost: bool,
+    usage: bool,
+    o: TeamAcc,
+    owner_name: str,
+    pooled: bool,
+    c: TeamAcc,
+    teams: TeamAccs,
+    sums: _Sums,
+    points: list[float],
+) -> None:
+    """A GPU in MIG mode, slice by slice in its layout's order: each slice's state and
+    utilization added to the node's row in the cells' order (by first slice), its capacity and
+    use to the teams (`usage`: the node is current and the GPU not lost), and the GPU's history
+    point (its utilization: the slices' where NVML gives none for the whole GPU)."""
+    s = gpu.sample
+    processes = gpu.processes
+    if s is not None:
+        sums.memory_used += as_int(s.memory_used_bytes) or 0
+    samples = {m.gpu_instance_id: m for m in gpu.mig_samples}
+    on: dict[int | None, list[int]] = {}  # processes by GPU instance, by position
+    for k, p in enumerate(processes):
+        gi_id = p.gpu_instance_id
+        found = on.get(gi_id)
+        if found is None:
+            on[gi_id] = [k]
+        else:
+            found.append(k)
+    order = layout.order
+    figures: list[tuple[float, str, float | None]] = []  # the cells' figures, layout order
+    slices_util = slices_weight = 0.0  # the GPU's utilization for its history, as gpu_point
+    for gi_id, fraction, gi_memory in layout.instances:
+        sample = samples.get(gi_id)
+        procs: Sequence[int] = on.get(gi_id, ())
+        on_it = len(procs)
+        # as_int, as_float, percent_of and capacity_state (busy: core's is_busy), inline:
+        # every MIG slice
+        if sample is None:
+            util = memory = memory_t = None
+            used_b = None
+        else:
+            raw_used = sample.memory_used_bytes
+            used_b = raw_used if type(raw_used) is int else as_int(raw_used)
+            raw_total = sample.memory_total_bytes
+            total_b = raw_total if type(raw_total) is int else as_int(raw_total)
+            raw_util = sample.sm_utilization_percent
+            util = raw_util if type(raw_util) is float else as_float(raw_util)
+            size: int | None = total_b or gi_memory
+            if type(size) is not int:
+                size = as_int(size)
+            memory = None if used_b is None or size is None or size <= 0 else 100.0 * used_b / size
+            memory_t = memory if total_b else None  # the tenants read the sample's alone
+        if util is not None:
+            slices_util += util * fraction
+            slices_weight += fraction
+        if is_busy(util, on_it):
+            state = BUSY
+        elif on_it or (memory is not None and memory >= HELD_MEMORY_PERCENT):
+            state = HELD
+        else:
+            state = FREE
+        if lost:
+            pass  # its LOST cell: not busy, not held, no utilization
+        elif order is None:  # the cells' order: add the row's figures now
+            if state == BUSY:
+                sums.busy += fraction
+            elif state == HELD:
+                sums.held += fraction
+            if util is not None:
+                sums.util_sum += util * fraction
+                sums.util_weight += fraction
+        else:
+            figures.append((fraction, state, util))
+        if not usage:
+            continue
+        if memory_t is not memory:
+            state = capacity_state(util, on_it, memory_t)
+        if state != BUSY:
+            c.idle += fraction
+            if state == HELD:
+                c.held += fraction
+        if not on_it:
+            c.waste += fraction
+            continue
+        _slice_usage(processes, procs, tenants, util, used_b, fraction, o, owner_name, pooled, c, teams)
+    if order is not None and not lost:
+        for k in order:
+            fraction, state, util = figures[k]
+            if state == BUSY:
+                sums.busy += fraction
+            elif state == HELD:
+                sums.held += fraction
+            if util is not None:
+                sums.util_sum += util * fraction
+                sums.util_weight += fraction
+    if usage:
+        free = max(0.0, 1.0 - layout.allocated)
+        c.idle += free
+        c.waste += free
+    if s is None:
+        points += (nan, nan, nan, nan)
+        return
+    whole = as_float(s.utilization_gpu_percent)
+    if whole is None and slices_weight > 0:
+        whole = slices_util / slices_weight
+    memory = percent_of(s.memory_used_bytes, s.memory_total_bytes)
+    power = as_float(s.power_watts)
+    temperature = as_float(s.temperature_celsius)
+    points += (
+        nan if whole is None else whole,
+        nan if memory is None else memory,
+        nan if power is None else power,
+        nan if temperature is None else temperature,
+    )
+
+
+def _slice_usage(
+    processes: Sequence[GpuProcess],
+    procs: Sequence[int],
+    tenants: tuple[str, ...],
+    util: float | None,
+    used: int | None,
+    fraction: float,
+    o: TeamAcc,
+    owner_name: str,
+    pooled: bool,
+    c: TeamAcc,
+    teams: TeamAccs,
+) -> None:
+    """A MIG slice's use by the tenants of its processes (`procs`: their positions in the GPU's
+    list): its memory, its share of the GPU (`fraction`) and its GPU-time: the slice's SM
+    utilization where GPM gives it, else all of it (a process holds it and NVML says nothing
+    more); `c` answers for the time not used."""
+    fraction_busy = busy_fraction(util)
+    busy_time = 1.0 if fraction_busy is None else fraction_busy
+    c.waste += fraction * (1.0 - busy_time)
+    if len(procs) == 1:  # one process: all the slice's use (process_memory, weights: 1.0)
+        k = procs[0]
+        t = tenants[k]
+        a = teams[t]
+        raw_m = processes[k].used_memory_bytes
+        m = raw_m if type(raw_m) is int else as_int(raw_m)
+        a.memory_used += (used or 0) if m is None else m
+        a.processes += 1
+        a.use(t, o, owner_name, pooled, fraction)
+        a.steps.append(fraction * busy_time)
+        return
+    on_slice = [processes[k] for k in procs]
+    slice_tenants = [tenants[k] for k in procs]
+    for t, m in zip(slice_tenants, process_memory(on_slice, used), strict=True):
+        a = teams[t]
+        a.memory_used += m
+        a.processes += 1
+    for t, w in weights(on_slice, slice_tenants).items():
+        a = teams[t]
+        a.use(t, o, owner_name, pooled, fraction * w)
+        a.steps.append(fraction * w * busy_time)
+
+
+def _whole_gpu(
+    gpu: Gpu,
+    tenants: tuple[str, ...],
+    lost: bool,
+    current: bool,
+    o: TeamAcc,
+    owner_name: str,
+    pool: str | None,
+    c: TeamAcc,
+    teams: TeamAccs,
+    sums: _Sums,
+    points: list[float],
+) -> None:
+    """A GPU not in MIG mode (one cell): its figures and state added to the node's row and its
+    history point, its capacity and use to the teams (the node current, the GPU not lost)."""
+    s = gpu.sample
+    if s is None:
+        points += (nan, nan, nan, nan)
+        if current and not lost:
+            c.capacity(FREE, 1.0)
+            _whole_usage(tenants, gpu, None, None, o, owner_name, pool is not None, c, teams)
+        return
+    raw = s.memory_used_bytes
+    used: int | None = raw if type(raw) is int else as_int(raw)
+    sums.memory_used += used or 0
+    raw_util = s.utilization_gpu_percent
+    util = raw_util if type(raw_util) is float else as_float(raw_util)
+    raw = s.memory_total_bytes
+    total_s: int | None = raw if type(raw) is int else as_int(raw)
+    memory = None if used is None or total_s is None or total_s <= 0 else 100.0 * used / total_s
+    raw_power = s.power_watts
+    power = raw_power if type(raw_power) is float else as_float(raw_power)
+    raw_temperature = s.temperature_celsius
+    temperature = raw_temperature if type(raw_temperature) is float else as_float(raw_temperature)
+    points += (
+        nan if util is None else util,
+        nan if memory is None else memory,
+        nan if power is None else power,
+        nan if temperature is None else temperature,
+    )
+    if lost:
+        return  # a LOST cell: not busy, not held, no utilization
+    # capacity_state (busy: core's is_busy) and TeamAcc.capacity, inline: every whole GPU,
+    # every update
+    nproc = len(gpu.processes)
+    if is_busy(util, nproc):
+        sums.busy += 1.0
+    elif nproc or (memory is not None and memory >= HELD_MEMORY_PERCENT):
+        sums.held += 1.0
+        if current:
+            c.idle += 1.0
+            c.held += 1.0
+    elif current:
+        c.idle += 1.0
+    if util is not None:
+        sums.util_sum += util * 1.0
+        sums.util_weight += 1.0
+    if not current:
+        return
+    if nproc == 1 and len(tenants) == 1:  # the usual GPU: one process, all its use (weights: 1.0)
+        t = tenants[0]
+        a = teams[t]
+        raw_m = gpu.processes[0].used_memory_bytes
+        m = raw_m if type(raw_m) is int else as_int(raw_m)
+        a.memory_used += (used or 0) if m is None else m  # process_memory
+        a.processes += 1
+        fraction_busy = busy_fraction(util)
+        busy_time = 1.0 if fraction_busy is None else fraction_busy
+        # TeamAcc.use, inline
+        a.used += 1.0
+        if t != owner_name:
+            a.outside += 1.0
+            if pool is None:
+                o.lent += 1.0
+        elif pool is not None:
+            a.outside += 1.0
+        a.steps.append(busy_time * 1.0)
+        c.waste += 1.0 - busy_time
+    else:
+        _whole_usage(tenants, gpu, util, used, o, owner_name, pool is not None, c, teams)
 
 
 def _whole_usage(
@@ -643,14 +765,14 @@ def _whole_usage(
     owner: str,
     pooled: bool,
     c: TeamAcc,
-    get: Callable[[str], TeamAcc],
+    teams: TeamAccs,
 ) -> None:
     """A whole GPU's use by its processes' tenants (`c` answers for its capacity)."""
     fraction = busy_fraction(util)
     busy_time = 1.0 if fraction is None else fraction  # a process holds it, no figure says more
     if len(tenants) == 1:  # the usual GPU: one process, all its use (weights: 1.0)
         (t,) = tenants
-        a = get(t)
+        a = teams[t]
         m = as_int(gpu.processes[0].used_memory_bytes)
         a.memory_used += (memory_used or 0) if m is None else m  # process_memory
         a.processes += 1
@@ -660,11 +782,11 @@ def _whole_usage(
         return
     if tenants:
         for t, m in zip(tenants, process_memory(gpu.processes, memory_used), strict=True):
-            a = get(t)
+            a = teams[t]
             a.memory_used += m
             a.processes += 1
         for t, w in weights(gpu.processes, tenants).items():
-            a = get(t)
+            a = teams[t]
             a.use(t, o, owner, pooled, w)
             a.steps.append(busy_time * w)
         c.waste += 1.0 - busy_time

@@ -200,7 +200,7 @@ def lazy_node_row(view: NodeView, ownership: Ownership) -> NodeRow:
     shared with the tenants), which adds them in the order `node_row` does, so they are equal to
     the full row's; a MIG GPU's slices are read there without making cells."""
     facts = node_facts(view, ownership)
-    models, owners, processes, mem_used, mem_total, count, busy, held, util_sum, util_weight = facts.row
+    figures = facts.row
 
     def fill() -> tuple[tuple[Cell, ...], str]:
         full = _full_row(view, facts.passes().gpus)
@@ -215,17 +215,17 @@ def lazy_node_row(view: NodeView, ownership: Ownership) -> NodeRow:
         since=view.since,
         last_seen=view.last_seen,
         owner=view.owner,
-        models=models,
+        models=figures.models,
         gpus=len(facts.gpus),
-        busy=busy,
-        held=held,
-        util=util_sum / util_weight if util_weight > 0 else None,
-        util_weight=util_weight,
-        memory_used=mem_used,
-        memory_total=mem_total,
-        processes=processes,
-        cell_count=count,
-        owners=owners,
+        busy=figures.busy,
+        held=figures.held,
+        util=figures.util_sum / figures.util_weight if figures.util_weight > 0 else None,
+        util_weight=figures.util_weight,
+        memory_used=figures.memory_used,
+        memory_total=figures.memory_total,
+        processes=figures.processes,
+        cell_count=figures.cells,
+        owners=figures.owners,
         _fill=fill,
     )
     return row
