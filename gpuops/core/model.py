@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Tuple, Union
 
+from gpuops.core.driver_memory import DriverMemory
+
 
 @dataclass(frozen=True)
 class NotAvailable:
@@ -71,6 +73,10 @@ class GpuInfo:
     architecture: str = ""  # "ampere", "hopper", ...
     multiprocessor_count: IntMetric = NotAvailable("NOT_SUPPORTED")
     power_limit_watts: FloatMetric = NotAvailable("NOT_SUPPORTED")
+    # What the driver keeps of the GPU's memory, as the node observed it (the limiter's
+    # measurements, put on by the agent: node/limiter_tags.py; the simulator's own figures);
+    # None where nothing was observed. Left out of JSON when None (older readers never saw it).
+    driver_memory: Optional[DriverMemory] = field(default=None, metadata={"omit_default": True})
 
 
 @dataclass(frozen=True)

@@ -59,12 +59,15 @@ __all__ = [
     "VERSION",
     "LimiterError",
     "ProcessUsage",
+    "RegionHeader",
     "RegionSnapshot",
     "TenantSpec",
     "TenantUsage",
     "format_table",
     "gpu_shares",
     "parse_table",
+    "read_header",
+    "read_headers",
     "read_region",
     "read_regions",
     "read_table",
@@ -126,6 +129,13 @@ OFFSETS = {
     "rg_header.lease_deadline_ns": 208,
     "rg_header.nwaiting": 228,
     "rg_header.transitions": 240,
+    "rg_header.ctx_bytes": 256,
+    "rg_header.ctx_driver": 264,
+    "rg_header.ctx_measured": 268,
+    "rg_header.ctx_max": 272,
+    "rg_header.cuda_total": 280,
+    "rg_header.ctx_unmeasured": 288,
+    "rg_header.ctx_lock_byte": 296,
     "rg_tenant.state": 0,
     "rg_tenant.name": 8,
     "rg_tenant.mem_limit": 72,
@@ -201,6 +211,15 @@ class RegionSnapshot:
     transitions: int
     tenants: Tuple[TenantUsage, ...] = field(default_factory=tuple)
     processes: Tuple[ProcessUsage, ...] = field(default_factory=tuple)
+    # What the driver takes of the GPU, as the library observed it (native/src/context.c): the
+    # device memory of one CUDA context (None: never measured), under which CUDA driver version
+    # (cuDriverGetVersion: 13000 is 13.0), how many clean measurements and the largest; and what
+    # CUDA programs can use of the card (cuDeviceTotalMem; 0: not known).
+    context_bytes: Optional[int] = None
+    context_cuda_version: int = 0
+    context_measured: int = 0
+    context_max_bytes: int = 0
+    cuda_total_bytes: int = 0
 
     def tenant(self, name: str) -> Optional[TenantUsage]:
         for t in self.tenants:
@@ -350,6 +369,7 @@ def read_region(path: Union[str, Path]) -> RegionSnapshot:
     lease = _u64(buf, OFFSETS["rg_header.lease"])
     state = lease & 0xFF
     holder = (lease >> 8) & 0xFF
+    measured = _u32(buf, OFFSETS["rg_header.ctx_measured"])
     return RegionSnapshot(
         path=path,
         gpu_uuid=_cstr(buf, OFFSETS["rg_header.gpu_uuid"], 48),
@@ -359,7 +379,60 @@ def read_region(path: Union[str, Path]) -> RegionSnapshot:
         transitions=_u64(buf, OFFSETS["rg_header.transitions"]),
         tenants=tuple(tenants),
         processes=tuple(processes),
+        context_bytes=_u64(buf, OFFSETS["rg_header.ctx_bytes"]) if measured else None,
+        context_cuda_version=_u32(buf, OFFSETS["rg_header.ctx_driver"]) if measured else 0,
+        context_measured=measured,
+        context_max_bytes=_u64(buf, OFFSETS["rg_header.ctx_max"]) if measured else 0,
+        cuda_total_bytes=_u64(buf, OFFSETS["rg_header.cuda_total"]),
     )
+
+
+@dataclass(frozen=True)
+class RegionHeader:
+    """A region's header alone: the GPU and what the library observed of its driver memory
+    (`RegionSnapshot`'s fields of the same names)."""
+
+    path: str
+    gpu_uuid: str
+    context_bytes: Optional[int]
+    context_cuda_version: int
+    context_measured: int
+    cuda_total_bytes: int
+
+
+def read_header(path: Union[str, Path]) -> RegionHeader:
+    """The header of a region (its first 4 KiB: a cheap reading, no process slots)."""
+    path = str(path)
+    try:
+        with open(path, "rb") as f:
+            buf = f.read(HEADER_SIZE)
+            size = os.fstat(f.fileno()).st_size
+    except OSError as exc:
+        raise LimiterError("%s: %s" % (path, exc.strerror)) from None
+    if size < TOTAL_SIZE or len(buf) < HEADER_SIZE:
+        raise LimiterError("%s: not a gpuops region (size %d)" % (path, size))
+    _check_header(path, buf)
+    measured = _u32(buf, OFFSETS["rg_header.ctx_measured"])
+    return RegionHeader(
+        path=path,
+        gpu_uuid=_cstr(buf, OFFSETS["rg_header.gpu_uuid"], 48),
+        context_bytes=_u64(buf, OFFSETS["rg_header.ctx_bytes"]) if measured else None,
+        context_cuda_version=_u32(buf, OFFSETS["rg_header.ctx_driver"]) if measured else 0,
+        context_measured=measured,
+        cuda_total_bytes=_u64(buf, OFFSETS["rg_header.cuda_total"]),
+    )
+
+
+def read_headers(directory: Union[str, Path] = DEFAULT_DIR) -> List[RegionHeader]:
+    """The headers of every region of the node that reads (a bad one is left out: the library
+    works on alone in that case, and read_regions says why)."""
+    out = []
+    for path in region_paths(directory):
+        try:
+            out.append(read_header(path))
+        except LimiterError:
+            continue
+    return out
 
 
 def _check_header(path: str, buf: bytes) -> None:

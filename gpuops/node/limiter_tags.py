@@ -13,6 +13,12 @@ and one per `REFRESH` otherwise. A slot's pid is matched in the agent's pid name
 in a container with its own pid namespace is not matched (it keeps its user or group
 attribution), which docs/limiter.md lists as a limitation.
 
+The same regions say what the driver keeps of each GPU's memory, as the library measured it
+(native/src/context.c): what one CUDA context costs there and what CUDA programs can use of the
+card. `tag` puts that on each GPU's `GpuInfo.driver_memory` (reserved: NVML's total less CUDA's),
+from the regions' headers, read at most every `REFRESH` seconds: that is how the node reports the
+driver's overhead it observes (docs/limiter.md, "What a cap bounds").
+
 Standard library only; valid Python 3.8 (runs on GPU nodes).
 """
 
@@ -24,8 +30,9 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Optional, Set, Union
 
-from gpuops.core.model import NodeSample
-from gpuops.node.limiter import DEFAULT_DIR, read_regions, region_paths
+from gpuops.core.driver_memory import DriverMemory, cuda_version_text
+from gpuops.core.model import Gpu, NodeSample
+from gpuops.node.limiter import DEFAULT_DIR, RegionHeader, read_headers, read_regions, region_paths
 
 log = logging.getLogger("gpuops.agent")
 
@@ -46,8 +53,11 @@ class LimiterTagger:
         self._tenants: Dict[int, str] = {}  # pid -> tenant, from live slots
         self._unknown: Set[int] = set()  # pids asked about that the last reading did not have
         self.readings = 0  # how many times the regions were read (for tests and benchmarks)
+        self._headers_at: Optional[float] = None
+        self._headers: Dict[str, RegionHeader] = {}  # GPU UUID (lower case) -> its region's header
 
     def tag(self, sample: NodeSample) -> NodeSample:
+        sample = self._driver_memory(sample)
         untagged = {p.pid for g in sample.gpus for p in g.processes if p.tenant is None}
         if not untagged:
             return sample
@@ -68,6 +78,33 @@ class LimiterTagger:
             gpus.append(dataclasses.replace(gpu, processes=tuple(procs)) if tagged else gpu)
             changed = changed or tagged
         return dataclasses.replace(sample, gpus=tuple(gpus)) if changed else sample
+
+    def _driver_memory(self, sample: NodeSample) -> NodeSample:
+        """Each GPU's driver memory as its region says, where the backend gave none."""
+        now = self._clock()
+        if self._headers_at is None or now - self._headers_at >= REFRESH:
+            self._headers_at = now
+            self._headers = {h.gpu_uuid.lower(): h for h in read_headers(self.directory)}
+        if not self._headers:
+            return sample
+        gpus = [self._observed(g) for g in sample.gpus]
+        if all(a is b for a, b in zip(gpus, sample.gpus)):
+            return sample
+        return dataclasses.replace(sample, gpus=tuple(gpus))
+
+    def _observed(self, gpu: Gpu) -> Gpu:
+        info = gpu.info
+        header = self._headers.get(info.uuid.lower())
+        if header is None or info.driver_memory is not None:
+            return gpu
+        total = info.memory_total_bytes
+        reserved = None
+        if isinstance(total, int) and 0 < header.cuda_total_bytes <= total:
+            reserved = total - header.cuda_total_bytes
+        if header.context_bytes is None and reserved is None:
+            return gpu
+        memory = DriverMemory(header.context_bytes, reserved, cuda_version_text(header.context_cuda_version))
+        return dataclasses.replace(gpu, info=dataclasses.replace(info, driver_memory=memory))
 
     def _refresh(self, pids: Set[int]) -> None:
         now = self._clock()

@@ -39,11 +39,13 @@ The same evidence and the planner's own output give no moves and no changes (pro
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuops.core.driver_memory import DriverMemory, Overhead, mib_text, overhead_for
 from gpuops.core.mig.catalog import GpuInstanceProfile, MigModel, find_model
 from gpuops.core.mig.placement import solve
 from gpuops.core.units import format_bytes
@@ -98,6 +100,9 @@ class Options:
     # `leave` among them, that nothing but the pool gives a limiter, gets its lines cleared; a
     # caller that knows the live tables (the Pool screen) says which.
     lined: frozenset[GpuKey] | None = None
+    # What each GPU's node observed of its driver's memory (GpuInfo.driver_memory, from the live
+    # state); a GPU not here takes its model's documented figures (core/driver_memory.py).
+    driver_memory: Mapping[GpuKey, DriverMemory] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -198,6 +203,9 @@ class GpuCarving:
     note: str = ""
     memory: Mapping[str, int] = field(default_factory=dict)  # limiter: team -> memory cap, bytes
     held: int = 0  # limiter: bytes processes held there in the latest bucket
+    # limiter: what the driver keeps of the card (its reserve, and each process's context, which
+    # counts inside its team's cap); `memory_total` is then what is left to the caps
+    overhead: Overhead | None = None
 
     def describe(self) -> str:
         shares = ", ".join(f"{t} {u}%" for t, u in sorted(self.units.items())) or "nobody guaranteed"
@@ -257,8 +265,29 @@ class Proposal:
                 f"{g.team}: guaranteed {g.gpus:g} GPUs of the pool ({self.share(g.team):g}%): {g.reason}"
             )
         lines.extend(c.describe() for c in self.carvings)
+        lines.extend(_overhead_lines(self.carvings))
         lines.extend(self.notes)
         return lines
+
+
+def _overhead_lines(carvings: Sequence[GpuCarving]) -> list[str]:
+    """How much of the limiter-carved GPUs goes to the driver, one line per set of figures."""
+    groups: dict[Overhead, list[GpuCarving]] = {}
+    for c in carvings:
+        if c.kind == "limiter" and c.overhead is not None:
+            groups.setdefault(c.overhead, []).append(c)
+    lines = []
+    for over, cards in groups.items():
+        names = ", ".join(f"{c.node}:{c.index}" for c in cards[:3])
+        more = f" and {len(cards) - 3} more" if len(cards) > 3 else ""
+        usable = {c.memory_total for c in cards}
+        left = f" ({mib_text(next(iter(usable)))} left to the memory caps)" if len(usable) == 1 else ""
+        lines.append(
+            f"driver overhead on {names}{more}: {mib_text(over.reserved_bytes)} of each card reserved by the "
+            f"driver ({over.reserved_source}){left}; each process's CUDA context, "
+            f"{mib_text(over.context_bytes)} ({over.context_source}), counts inside its team's memory cap"
+        )
+    return lines
 
 
 # ---- planning -------------------------------------------------------------------------------------
@@ -338,7 +367,13 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
             continue
         moves.append(Move(g.node, g.index, g.owner, busy, g.mean_busy(), coverage, held=_held_text(g)))
         moved.append(g)
-    pool_gpus = members + moved
+    # The planner lays caps on what the driver leaves of each card (its reserve taken out); each
+    # process's context counts inside its team's cap (the limiter charges it: docs/limiter.md).
+    overheads = {
+        (g.node, g.index): overhead_for(g.name, opts.driver_memory.get((g.node, g.index)))
+        for g in members + moved
+    }
+    pool_gpus = [_usable(g, overheads[(g.node, g.index)]) for g in members + moved]
     capacity = len(pool_gpus)
     returns = _returns(fleet, evidence, name, leave, opts.lined)
     total_units = capacity * UNITS_PER_GPU
@@ -438,7 +473,7 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
             )
         )
     notes.extend(_donors(fleet, pool_gpus, units, floors, evidence.window.text))
-    carvings = _carve(ordered, laid, pool, memory_need, notes, caps_need)
+    carvings = _carve(ordered, laid, pool, memory_need, notes, caps_need, overheads)
     return Proposal(
         name,
         evidence.window.text,
@@ -452,6 +487,13 @@ def propose(fleet: Fleet, evidence: Evidence, options: Options | None = None) ->
         known=tuple(GpuRef(g.node, g.index, g.uuid, g.name) for g in evidence.gpus),
         steps=tuple(sorted((t, k) for t, k in steps.items() if units.get(t, 0) > 0)),
     )
+
+
+def _usable(g: GpuEvidence, over: Overhead) -> GpuEvidence:
+    """The GPU as the carving sees it: its memory is what the driver leaves of it."""
+    if not g.memory_total:
+        return g
+    return dataclasses.replace(g, memory_total=over.usable(g.memory_total))
 
 
 def _on_share_steps(
@@ -734,9 +776,11 @@ def _carve(
     memory_need: Mapping[str, int],
     notes: list[str],
     caps_need: Mapping[str, int],
+    overheads: Mapping[GpuKey, Overhead] | None = None,
 ) -> tuple[GpuCarving, ...]:
     """Each GPU's carving from the units laid on it. `memory_need`: the evidence's per-team need
-    (MIG slice sizes); `caps_need`: the guarantees' memory (limiter caps)."""
+    (MIG slice sizes); `caps_need`: the guarantees' memory (limiter caps); `overheads`: what the
+    driver keeps of each card (said with its limiter carving)."""
     carving = pool.carving if pool is not None else "limiter"
     out = []
     for g in ordered:
@@ -759,7 +803,8 @@ def _carve(
             if caps_need[team] > g.memory_total:  # no neighbour is to blame: the card is too small
                 notes.append(
                     f"{g.label()}: {team}'s memory need ({need}) is more than the whole card "
-                    f"({format_bytes(g.memory_total)}); its work that needs more cannot run there"
+                    f"({format_bytes(g.memory_total)} once the driver's reserve is taken out); its work "
+                    "that needs more cannot run there"
                     + (
                         f"; its cap is {format_bytes(caps[team])}"
                         if team in caps and caps[team] < g.memory_total
@@ -780,8 +825,10 @@ def _carve(
                 g.memory_total,
                 dict(shares),
                 "limiter",
-                memory={t: c for t, c in caps.items() if c < g.memory_total},
+                # a cap of the whole card (all the driver leaves of it, in the caps' steps) is none
+                memory={t: c for t, c in caps.items() if c < _floor(g.memory_total, bool(g.memory_now))},
                 held=sum(g.memory_now.values()),
+                overhead=(overheads or {}).get((g.node, g.index)),
             )
         )
     return tuple(out)

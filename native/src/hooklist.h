@@ -14,6 +14,11 @@
     X(cuGetProcAddress, CUresult, (const char *a, void **b, int c, cuuint64_t d), (a, b, c, d))        \
     X(cuGetProcAddress_v2, CUresult,                                                                   \
       (const char *a, void **b, int c, cuuint64_t d, CUdriverProcAddressQueryResult *e), (a, b, c, d, e)) \
+    X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext * a, CUdevice b), (a, b))                         \
+    X(cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice a), (a))                                       \
+    X(cuDevicePrimaryCtxReset_v2, CUresult, (CUdevice a), (a))                                         \
+    X(cuCtxCreate_v2, CUresult, (CUcontext * a, unsigned b, CUdevice c), (a, b, c))                    \
+    X(cuCtxDestroy_v2, CUresult, (CUcontext a), (a))                                                   \
     X(cuMemAlloc_v2, CUresult, (CUdeviceptr * a, size_t b), (a, b))                                    \
     X(cuMemAllocPitch_v2, CUresult, (CUdeviceptr * a, size_t *b, size_t c, size_t d, unsigned e),      \
       (a, b, c, d, e))                                                                                 \

@@ -65,6 +65,11 @@ static void find_real_dlsym(void) {
         *(void **)&real_dlsym = dlvsym(RTLD_NEXT, "dlsym", versions[i]);
 }
 
+void *gl_dlsym(void *handle, const char *name) {
+    find_real_dlsym();
+    return real_dlsym ? real_dlsym(handle, name) : NULL;
+}
+
 /* ------------------------------------------------------------------ configuration loading */
 /* Who is which tenant.  The file is root's (mounted read-only into containers); when it is there
  * in any form, it decides: its name, or the closed default, never the environment.  "There" is
@@ -486,6 +491,8 @@ static void do_init(void) {
     resolve((void **)&R.cuEventSynchronize, "cuEventSynchronize");
     resolve((void **)&R.cuEventElapsedTime, "cuEventElapsedTime");
     resolve((void **)&R.cuMemFree_v2, "cuMemFree_v2");
+    resolve((void **)&R.cuDriverGetVersion, "cuDriverGetVersion");
+    resolve((void **)&R.cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState");
     gl_env_read(&G.env);
     read_identity();
     load_table(1);

@@ -139,6 +139,11 @@ struct gl_dev {
     int npool;
     uint64_t inflight_est_ns;
     uint64_t wait_since;
+    /* contexts of this process on the GPU and the memory charged for them (context.c) */
+    pthread_mutex_t ctx_mutex;  /* zero-initialised = PTHREAD_MUTEX_INITIALIZER */
+    int primary_on;           /* the primary context is charged */
+    uint64_t primary_bytes;   /* what it was charged */
+    _Atomic int ctx_seen;     /* some context of this process on the GPU was charged (or is being made) */
 };
 _Static_assert(offsetof(struct gl_dev, cfg) + offsetof(struct gl_cfg, policy) < 64,
                "the fields a launch reads share the first cache line");
@@ -179,6 +184,8 @@ struct gl_real {
     CUresult (*cuEventSynchronize)(CUevent);
     CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
     CUresult (*cuMemFree_v2)(CUdeviceptr);
+    CUresult (*cuDriverGetVersion)(int *);
+    CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned *, int *);
 };
 extern struct gl_real R;
 
@@ -186,6 +193,7 @@ int gl_init(void);                        /* resolves the driver; 0 on success *
 struct gl_dev *gl_dev_current(void);      /* device of the current context, set up; NULL if none */
 struct gl_dev *gl_dev_get(int index);     /* set up device index */
 void gl_maybe_reload(void);               /* re-read the tenant table if it changed (rate-limited) */
+void *gl_dlsym(void *handle, const char *name); /* the real dlsym (not the exported wrapper) */
 
 /* ------------------------------------------------------------------ region (region.c) */
 int gl_region_attach(struct gl_dev *d);   /* open/create, register; 0 on success */
@@ -200,9 +208,19 @@ int gl_slot_alive(struct gl_dev *d, int i);
 /* ------------------------------------------------------------------ memory (memory.c) */
 int gl_mem_reserve(struct gl_dev *d, uint64_t size);
 void gl_mem_unreserve(struct gl_dev *d, uint64_t size);
+#define GL_TK_CTX 16 /* tracking kind of a context made by cuCtxCreate (memory.c's kinds are below) */
 void gl_track_put(uint64_t key, int kind, int dev, uint64_t size);
 int gl_track_take(uint64_t key, int kind, int *dev, uint64_t *size);
 uint64_t gl_mem_limit(struct gl_dev *d);  /* effective limit, GL_MEM_NONE = none */
+
+/* ------------------------------------------------------------------ contexts (context.c) */
+/* What a context costs when it cannot be measured and the GPU's region has no measurement under
+ * this driver: a PyTorch process on an H100 (driver 580.159.04, CUDA 13.0) held 518 MiB before
+ * any allocation (docs/gpu-runs/2026-11-26b/memory-default.json). */
+#define GL_CTX_DEFAULT_BYTES (518ull << 20)
+/* A context of this process on d that no wrapper saw made (an entry point the limiter does not
+ * wrap): charged once, at the first allocation, what a context costs there. */
+void gl_ctx_unseen(struct gl_dev *d);
 
 /* ------------------------------------------------------------------ compute (sched.c) */
 /* Releases what this process holds in the scheduler when it exits. */

@@ -18,6 +18,13 @@ int main(void) {
     F(rg_header, lease_deadline_ns);
     F(rg_header, nwaiting);
     F(rg_header, transitions);
+    F(rg_header, ctx_bytes);
+    F(rg_header, ctx_driver);
+    F(rg_header, ctx_measured);
+    F(rg_header, ctx_max);
+    F(rg_header, cuda_total);
+    F(rg_header, ctx_unmeasured);
+    F(rg_header, ctx_lock_byte);
     F(rg_tenant, state);
     F(rg_tenant, name);
     F(rg_tenant, mem_limit);

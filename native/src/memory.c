@@ -156,6 +156,7 @@ void gl_mem_unreserve(struct gl_dev *d, uint64_t size) {
 #define ALLOC_PATH(d, size, kind, call, keyexpr)                          \
     do {                                                                  \
         if (!(d)) return (call);                                          \
+        gl_ctx_unseen(d);                                                 \
         if (!gl_mem_reserve((d), (size))) return CUDA_ERROR_OUT_OF_MEMORY; \
         CUresult r_ = (call);                                             \
         if (r_ != CUDA_SUCCESS) {                                         \
@@ -185,6 +186,7 @@ GL_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, s
     struct gl_dev *d = gl_dev_current();
     if (!d || !p || !pitch || !w || !h) return gl_real_cuMemAllocPitch_v2(p, pitch, w, h, elem);
     /* Reserve the least it can take, then the real pitch x height the driver chose. */
+    gl_ctx_unseen(d);
     uint64_t least = (uint64_t)w * h;
     if (!gl_mem_reserve(d, least)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = gl_real_cuMemAllocPitch_v2(p, pitch, w, h, elem);
@@ -359,6 +361,7 @@ GL_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
     if (r != CUDA_SUCCESS || !free_b || !total_b) return r;
     struct gl_dev *d = gl_dev_current();
     if (!d || d->cfg.mem_limit == GL_MEM_NONE) return r;
+    gl_ctx_unseen(d);
     uint64_t limit = d->cfg.mem_limit, used;
     if (atomic_load(&d->state) == 1) {
         static _Atomic uint64_t next_sweep;

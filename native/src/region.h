@@ -29,6 +29,7 @@
 #define RG_TENANTS_OFF RG_HEADER_SIZE
 #define RG_SLOTS_OFF (RG_TENANTS_OFF + RG_MAX_TENANTS * RG_TENANT_SIZE)
 #define RG_TOTAL_SIZE (RG_SLOTS_OFF + RG_MAX_SLOTS * RG_SLOT_SIZE)
+#define RG_CTX_LOCK_OFF 296u /* rg_header.ctx_lock_byte */
 
 /* lease word: bits 0-7 state, 8-15 holder tenant, 16-23 next tenant, 24-63 sequence */
 enum { LEASE_FREE = 0, LEASE_HELD = 1, LEASE_DRAINING = 2 };
@@ -72,7 +73,18 @@ struct rg_header {
     _Atomic uint64_t vclock;           /* 232: double, virtual time of the last grant */
     _Atomic uint64_t transitions;      /* 240 */
     uint8_t pad2[8];                   /* 248 */
-    uint8_t reserved[RG_HEADER_SIZE - 256];
+    /* 256: what the driver keeps of this GPU's memory, as the limiter observed it (context.c):
+     * the device memory one CUDA context costs, from the first measurement no other context
+     * creation disturbed, under the driver version it was taken with; and what CUDA programs
+     * can use of the card (cuDeviceTotalMem: NVML's total less what the driver reserves). */
+    _Atomic uint64_t ctx_bytes;        /* 256: valid when ctx_measured > 0 */
+    _Atomic uint32_t ctx_driver;       /* 264: cuDriverGetVersion of that measurement */
+    _Atomic uint32_t ctx_measured;     /* 268: clean measurements under that driver */
+    _Atomic uint64_t ctx_max;          /* 272: the largest of them */
+    _Atomic uint64_t cuda_total;       /* 280: cuDeviceTotalMem, bytes */
+    _Atomic uint64_t ctx_unmeasured;   /* 288: contexts made without a measurement (bumped before and after) */
+    uint8_t ctx_lock_byte[8];          /* 296: OFD lock held while a context is made and measured */
+    uint8_t reserved[RG_HEADER_SIZE - 304];
 };
 
 struct rg_tenant {
@@ -136,5 +148,6 @@ _Static_assert(sizeof(struct rg_tenant) == RG_TENANT_SIZE, "tenant layout");
 _Static_assert(sizeof(struct rg_slot) == RG_SLOT_SIZE, "slot layout");
 _Static_assert(sizeof(struct rg_region) == RG_TOTAL_SIZE, "region layout");
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "mutex fits");
+_Static_assert(__builtin_offsetof(struct rg_header, ctx_lock_byte) == RG_CTX_LOCK_OFF, "context lock byte");
 
 #endif
