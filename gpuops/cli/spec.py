@@ -19,6 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from gpuops.spec import Fleet, SpecError, SpecIssue, fleet_json_schema, load_fleet
+from gpuops.spec.carve_checks import carve_warnings
 from gpuops.spec.errors import printable
 from gpuops.spec.migparted import Imported, read_mig_parted, read_mig_parted_all, render_carve
 from gpuops.spec.source import decode, read_text
@@ -74,19 +75,23 @@ def validate(
         bool, typer.Option("--json", help="Print one JSON object with every file's result and errors.")
     ] = False,
 ) -> None:
-    """Check fleet.yaml files: every mistake with its file:line:column (exit 1 if any)."""
+    """Check fleet.yaml files: every mistake with its file:line:column (exit 1 if any); warnings
+    (a memory cap smaller than one CUDA context) on stderr, without failing."""
     failed = False
     results: list[dict[str, Any]] = []
     for name in files:
         fleet, issues = _check(name)
         failed = failed or fleet is None
+        warnings = carve_warnings(fleet) if fleet is not None else []
         if as_json:
             entry: dict[str, Any] = {"file": name, "ok": fleet is not None}
             if fleet is not None:
-                entry.update(nodes=len(fleet.nodes), teams=len(fleet.teams))
+                entry.update(nodes=len(fleet.nodes), teams=len(fleet.teams), warnings=warnings)
             entry["errors"] = [issue.to_json() for issue in issues]
             results.append(entry)
         elif fleet is not None:
+            for line in warnings:
+                _say(f"warning: {line}", err=True)
             _say(f"{printable(name)}: OK \u2014 {_summary(fleet)}")
         else:
             for issue in issues:

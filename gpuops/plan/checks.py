@@ -216,6 +216,7 @@ def payload_problems(plan: Plan, fleet: Fleet, lives: Mapping[str, NodeLive], so
                 found.info.mig_model or found.info.name,
                 mig_mode=layout.enabled if layout is not None else None,
                 memory_total=total if isinstance(total, int) and not isinstance(total, bool) else None,
+                driver_memory=found.info.driver_memory,
             )
             problems += [_line(source, meaning, issue) for issue in desired.problems]
             if gpu.index not in unsayable:

@@ -480,6 +480,7 @@ def plan_gpu(fleet: Fleet, live: NodeLive, gpu: Gpu) -> GpuPlan:
         info.mig_model or info.name,
         mig_mode=old.enabled if old is not None else None,
         memory_total=info.memory_total_bytes if isinstance(info.memory_total_bytes, int) else None,
+        driver_memory=info.driver_memory,
     )
     problems = [str(p) for p in desired.problems]
     mig_payload: MigChange | None = None

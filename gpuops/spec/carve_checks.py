@@ -101,6 +101,42 @@ def check_carve(fleet: Fleet, ctx: CheckReport) -> None:
     grouped.flush(ctx.report)
 
 
+def carve_warnings(fleet: Fleet) -> list[str]:
+    """What `validate` warns about, on the GPUs the file makes certain (as `check_carve`): a
+    limiter memory cap smaller than one CUDA context there (the tenant's programs cannot start).
+    Lines as errors print ('fleet.yaml:12:26: carve[0]...: message, on GPU; hint')."""
+    entries = fleet.carve
+    if not entries:
+        return []
+    sel = CarveSelectors(entries)
+    grouped = _Grouped()
+    for node in fleet.nodes:
+        label_model, _ = node_model(node)
+        indices: set[int] = set()
+        for i in range(len(entries)):
+            found = sel.indices[i]
+            if found is not None and sel.selects(i, node):
+                indices |= found
+        for index in [*sorted(indices), None]:
+            gpu = GpuView(node, index, None, label_model, live=False)
+
+            def warn(path: DataPath, message: str, hint: str, where: str = gpu.describe()) -> None:
+                grouped.add(path, message, hint, False, where)
+
+            gpu_rules(entries, resolve(entries, sel, gpu), gpu, _ignore, warn)
+    lines: list[str] = []
+
+    def line(path: DataPath, message: str, hint: str = "", *, at_key: bool = False) -> None:
+        lines.append(str(fleet.source.issue(path, message, hint)))
+
+    grouped.flush(line)
+    return lines
+
+
+def _ignore(*_: object) -> None:
+    """What a warning pass does with refusals: `check_carve` reports them."""
+
+
 def _check_entry(fleet: Fleet, ctx: CheckReport, i: int, entry: CarveEntry) -> None:
     here: DataPath = ("carve", i)
     if all(getattr(entry, kind) is None and not ctx.written((*here, kind)) for kind in KINDS):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuops.core.driver_memory import DriverMemory
 from gpuops.core.mig.catalog import MigModel, find_model
 from gpuops.spec.desired import (
     DesiredLimiter,
@@ -77,13 +78,23 @@ def desired_for(
     *,
     mig_mode: bool | None = None,
     memory_total: int | None = None,
+    driver_memory: DriverMemory | None = None,
 ) -> DesiredGpu:
     """See `Fleet.desired_for`."""
     model = gpu_model.key if isinstance(gpu_model, MigModel) else gpu_model
     found = find_model(model) if model else None
     if found is not None:
         model = found.key
-    gpu = GpuView(node, gpu_index, gpu_uuid, model, live=True, memory=memory_total, mig_mode=mig_mode)
+    gpu = GpuView(
+        node,
+        gpu_index,
+        gpu_uuid,
+        model,
+        live=True,
+        memory=memory_total,
+        mig_mode=mig_mode,
+        driver=driver_memory,
+    )
     entries = fleet.carve
     if not entries:
         return DesiredGpu(node.name, gpu_index, gpu_uuid, model)
@@ -94,12 +105,21 @@ def desired_for(
         issues.append(doc.issue(path, f"{message}, on {gpu.describe()}", hint, at_key=at_key))
 
     winners = resolve(entries, sel, gpu)
-    gpu_rules(
-        entries, winners, gpu, lambda path, message, hint, at_key: emit(path, message, hint, at_key=at_key)
-    )
+    notes: list[str] = []
 
     def where(i: int) -> str:
         return entry_location(doc, i)
+
+    def warn(path: DataPath, message: str, hint: str) -> None:
+        notes.append(f"warning: {doc.issue(path, f'{message}, on {gpu.describe()}', hint)}")
+
+    gpu_rules(
+        entries,
+        winners,
+        gpu,
+        lambda path, message, hint, at_key: emit(path, message, hint, at_key=at_key),
+        warn,
+    )
 
     # mig: an entry naming a GPU without MIG by index or UUID
     if gpu.mig_capable is False:
@@ -117,7 +137,6 @@ def desired_for(
                 )
     # mig: an entry enabling MIG on every GPU of its nodes passes over a GPU without MIG; mig-parted
     # stops with an error there (an enabled spec without device-filter), so the plan says so.
-    notes: list[str] = []
     if gpu.mig_capable is False:
         for i, entry in enumerate(entries):
             gpus_sel = entry.select.gpus

@@ -26,6 +26,7 @@ from pydantic import (
 from gpuops.attributors import BUILTIN as BUILTIN_ATTRIBUTORS
 from gpuops.attributors import DEFAULT_ORDER as DEFAULT_ATTRIBUTION_ORDER
 from gpuops.attributors import available_attributors
+from gpuops.core.driver_memory import DriverMemory
 from gpuops.core.mig.catalog import MigModel
 from gpuops.spec.base import SpecModel
 from gpuops.spec.carve_entry import CarveEntry
@@ -388,12 +389,14 @@ class Fleet(SpecModel):
         *,
         mig_mode: bool | None = None,
         memory_total: int | None = None,
+        driver_memory: DriverMemory | None = None,
     ) -> DesiredGpu:
         """What carve: wants on one live GPU: `DesiredGpu(mig=, mps=, limiter=)`, None where no
         entry says (leave as is); later entries win per kind. `gpu_model` is the NVML name (or a
-        catalog key); the MIG layout is solved for it (`solved_layout`). `mig_mode` (live MIG mode)
-        and `memory_total` (bytes) let more rules be checked. What is wrong for this GPU is in
-        `.problems` (located SpecIssues), never raised."""
+        catalog key); the MIG layout is solved for it (`solved_layout`). `mig_mode` (live MIG mode),
+        `memory_total` (bytes) and `driver_memory` (what the node observed of the driver's memory:
+        `GpuInfo.driver_memory`) let more rules be checked. What is wrong for this GPU is in
+        `.problems` (located SpecIssues), never raised; warnings in `.notes`."""
         return desired_for(
             self,
             self.source,
@@ -403,6 +406,7 @@ class Fleet(SpecModel):
             gpu_model,
             mig_mode=mig_mode,
             memory_total=memory_total,
+            driver_memory=driver_memory,
         )
 
     @property

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuops.core.driver_memory import DriverMemory, Overhead, overhead_for
 from gpuops.core.mig.catalog import MigModel, find_model, normalize_model_name
 from gpuops.core.partition_catalog import PartitionModel, find_partition_model
 from gpuops.spec.carve_entry import KINDS, MIB, CarveEntry, GpuSelect
@@ -42,6 +43,7 @@ class GpuView:
     live: bool
     memory: int | None = None  # bytes, when known
     mig_mode: bool | None = None  # live MIG mode, when known
+    driver: DriverMemory | None = None  # what its node observed of the driver's memory (plan time)
 
     @property
     def mig_model(self) -> MigModel | None:
@@ -77,6 +79,11 @@ class GpuView:
             return self.memory
         m = self.mig_model
         return m.memory_total_mib * MIB if m is not None else None
+
+    @property
+    def overhead(self) -> Overhead:
+        """What the driver keeps of the GPU: observed by its node, else its model's figures."""
+        return overhead_for(self.model or "", self.driver)
 
     def describe(self) -> str:
         return (

@@ -1,6 +1,11 @@
 """The rules on one GPU's combination of kinds, the same at load and at plan time: MPS memory
 limits within what a client can have (the smallest MIG instance wanted, else the GPU's memory),
-the limiter never on a MIG GPU nor beside MPS, limiter memory caps within the GPU.
+the limiter never on a MIG GPU nor beside MPS, limiter memory caps within the GPU, and together
+within what the driver leaves of it (refused); a cap smaller than one CUDA context (warned: its
+tenant's programs cannot start there). A cap bounds a tenant's whole footprint on the GPU, its
+processes' contexts included (docs/limiter.md, "What a cap bounds"); what the driver reserves of
+the card is no tenant's (core/driver_memory.py: observed by the GPU's node at plan time, else the
+model's documented figures).
 
 A rule fires only on what is certain for the GPU (`Winner.certain`): at load time a GPU selected
 by index or by every GPU of a node, at plan time every live GPU.
@@ -10,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from gpuops.core.driver_memory import mib_text
 from gpuops.core.mig.catalog import MODELS, MigModel
 from gpuops.core.units import format_bytes
-from gpuops.spec.carve_entry import MIB, PROFILE_MODELS, CarveEntry, format_exact_bytes
+from gpuops.spec.carve_entry import MIB, PROFILE_MODELS, CarveEntry, LimiterTenantSpec, format_exact_bytes
 from gpuops.spec.desired import desired_mig
 from gpuops.spec.errors import DataPath
 from gpuops.spec.resolve import GpuView, Winner
@@ -52,9 +58,14 @@ def _mps_bound(entries: Sequence[CarveEntry], gpu: GpuView, mig: Winner) -> tupl
 
 
 def gpu_rules(
-    entries: Sequence[CarveEntry], winners: Mapping[str, Winner], gpu: GpuView, add: Callable[..., None]
+    entries: Sequence[CarveEntry],
+    winners: Mapping[str, Winner],
+    gpu: GpuView,
+    add: Callable[..., None],
+    warn: Callable[[DataPath, str, str], None] | None = None,
 ) -> None:
-    """The rules on one GPU's combination of kinds; `add(path, message, hint, at_key)`."""
+    """The rules on one GPU's combination of kinds; `add(path, message, hint, at_key)` refuses,
+    `warn(path, message, hint)` (when given) warns."""
     mig_w, mps_w, lim_w = winners["mig"], winners["mps"], winners["limiter"]
     mig = entries[mig_w.entry].mig if mig_w.entry is not None and mig_w.certain else None
     mps = entries[mps_w.entry].mps if mps_w.entry is not None and mps_w.certain else None
@@ -115,8 +126,10 @@ def gpu_rules(
             )
         total = gpu.memory_total
         if total is not None:
+            single = False
             for name, lt in lim.tenants.items():
                 if lt.memory is not None and lt.memory > total:
+                    single = True
                     add(
                         ("carve", lim_w.entry, "limiter", "tenants", name, "memory"),
                         f"{format_exact_bytes(lt.memory)} is more than the {format_bytes(total, 2)} "
@@ -124,6 +137,49 @@ def gpu_rules(
                         "a memory cap is per GPU",
                         False,
                     )
+            if not single:
+                _caps_within_the_card(lim_w.entry, lim.tenants, gpu, total, add, warn)
+
+
+def _caps_within_the_card(
+    entry: int,
+    tenants: Mapping[str, LimiterTenantSpec],
+    gpu: GpuView,
+    total: int,
+    add: Callable[..., None],
+    warn: Callable[[DataPath, str, str], None] | None,
+) -> None:
+    """The caps of a GPU's tenants together within what the driver leaves of the card (each
+    process's context is inside its tenant's cap), and each cap at least one context."""
+    over = gpu.overhead
+    what = gpu.model or "GPU"
+    caps = {name: lt.memory for name, lt in tenants.items() if lt.memory is not None}
+    usable = over.usable(total)
+    if sum(caps.values()) > usable:
+        parts = ", ".join(
+            f"{n} {format_bytes(c)}" for n, c in sorted(caps.items(), key=lambda nc: (-nc[1], nc[0]))
+        )
+        add(
+            ("carve", entry, "limiter", "tenants"),
+            f"the memory caps add up to {format_bytes(sum(caps.values()), 2)} ({parts}), more than the "
+            f"{format_bytes(usable, 2)} the driver leaves of the {what} ({format_bytes(total, 2)} less "
+            f"{mib_text(over.reserved_bytes)} it reserves, {over.reserved_source})",
+            "a cap is a promise on a full GPU: the tenant that allocates last would meet the driver's "
+            f"out-of-memory error under its cap; lower the caps (each includes its processes' CUDA "
+            f"contexts, {mib_text(over.context_bytes)} each; '*' counts once)",
+            False,
+        )
+    if warn is None:
+        return
+    for name, cap in sorted(caps.items()):
+        if 0 < cap < over.context_bytes:
+            warn(
+                ("carve", entry, "limiter", "tenants", name, "memory"),
+                f"a cap of {format_exact_bytes(cap)} is less than one CUDA context on the {what} "
+                f"({mib_text(over.context_bytes)}, {over.context_source}): "
+                f"no program of {name} can start there",
+                "a cap bounds the tenant's whole footprint, its processes' contexts included",
+            )
 
 
 __all__ = ["gpu_rules"]

@@ -118,7 +118,7 @@ def test_validate_json(in_tmp: Path) -> None:
     assert json.loads(r.stdout) == {
         "ok": False,
         "files": [
-            {"file": "good.yaml", "ok": True, "nodes": 1, "teams": 0, "errors": []},
+            {"file": "good.yaml", "ok": True, "nodes": 1, "teams": 0, "errors": [], "warnings": []},
             {
                 "file": "fleet.yaml",
                 "ok": False,
@@ -222,3 +222,49 @@ def test_python_m_gpuops_validate(in_tmp: Path) -> None:
     assert (ascii_only.returncode, ascii_only.stdout) == (0, "fleet.yaml: OK - 8 nodes, 4 teams\n")
     schema = _gpuops("schema", cwd=in_tmp)
     assert schema.returncode == 0 and json.loads(schema.stdout)["title"] == "gpuops fleet.yaml"
+
+
+DRIVER_FLEET = """\
+version: 1
+teams: {{vision: {{users: [alice]}}, nlp: {{users: [bob]}}}}
+nodes:
+  - {{name: gpu-a-01, host: h1, labels: {{model: h100-80gb}}}}
+carve:
+  - select: {{nodes: gpu-a-01}}
+    limiter:
+      tenants:
+        vision: {{memory: {vision}, compute: 50%}}
+        nlp: {{memory: {nlp}, compute: 50%}}
+"""
+
+
+def test_validate_refuses_caps_that_add_up_to_more_than_the_driver_leaves(in_tmp: Path) -> None:
+    """An H100 has 79.65 GiB; its driver keeps 480 MiB (docs/gpu-runs/2026-11-26b): caps adding up
+    to 79.5 GiB each fit the card alone, but together promise memory no program can have."""
+    (in_tmp / "over.yaml").write_text(DRIVER_FLEET.format(vision="40GiB", nlp="39.5GiB"))
+    r = run("validate", "over.yaml")
+    assert r.exit_code == 1
+    assert (
+        "over.yaml:9:9: carve[0].limiter.tenants: the memory caps add up to 79.5GiB (vision 40GiB, nlp "
+        "39.5GiB), more than the 79.18GiB the driver leaves of the H100-80GB (79.65GiB less 480MiB it "
+        "reserves, default: H100 80GB, driver 580.159.04), on the GPUs of gpu-a-01"
+    ) in r.stderr, r.stderr
+    (in_tmp / "fits.yaml").write_text(DRIVER_FLEET.format(vision="40GiB", nlp="39GiB"))
+    ok = run("validate", "fits.yaml")
+    assert ok.exit_code == 0, ok.stderr
+    assert ok.stderr == ""
+
+
+def test_validate_warns_of_a_cap_smaller_than_one_context(in_tmp: Path) -> None:
+    """A cap of 256 MiB cannot hold an H100's CUDA context (518 MiB): said, the file still valid."""
+    (in_tmp / "small.yaml").write_text(DRIVER_FLEET.format(vision="256MiB", nlp="1GiB"))
+    r = run("validate", "small.yaml")
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.splitlines() == [
+        "warning: small.yaml:9:26: carve[0].limiter.tenants.vision.memory: a cap of 256MiB is less than one "
+        "CUDA context on the H100-80GB (518MiB, default: H100 80GB, driver 580.159.04): no program of vision "
+        "can start there, on the GPUs of gpu-a-01; a cap bounds the tenant's whole footprint, its processes' "
+        "contexts included"
+    ]
+    doc = json.loads(run("validate", "--json", "small.yaml").stdout)
+    assert doc["ok"] and len(doc["files"][0]["warnings"]) == 1
