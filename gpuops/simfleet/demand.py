@@ -308,8 +308,9 @@ class Demand:
             return False
         if option.key not in memo:
             memo[option.key] = option.node.backend.occupancy(option.index)
-        util, used, total = memo[option.key]
-        need = job.spec.memory.on(total, wl.MODELS[job.spec.kind].default_memory)
+        util, used, total = memo[option.key]  # what processes hold, of what the driver leaves
+        need = job.spec.memory.on(device.hardware.memory_total_bytes, wl.MODELS[job.spec.kind].default_memory)
+        need = max(need, device.context_bytes)  # the job's process holds its context at least
         return util < IDLE_BELOW and used + need <= total
 
     def _start(self, job: Job, option: _Option, now: float) -> bool:

@@ -157,6 +157,7 @@ class SimBackend(Backend):
                 unsupported=g.unsupported,
                 compute_mode=g.compute_mode,
                 memory_mode=g.memory_mode,
+                cuda_version=spec.cuda_driver_version,
             )
             for i, entry in enumerate(g.layout):
                 model = g.hardware.mig
@@ -426,8 +427,9 @@ class SimBackend(Backend):
             return next(s for s in self.workloads(at=t) if s.name == spec.name)
 
     def occupancy(self, gpu: int) -> Tuple[float, int, int]:
-        """(utilization %, bytes asked for by running processes, total bytes) of a whole GPU now:
-        what a batch scheduler looks at before it places a job there."""
+        """(utilization %, bytes running processes ask for, each its CUDA context at least, bytes
+        the driver leaves of the GPU) of a whole GPU now: what a batch scheduler looks at before
+        it places a job there."""
         with self._lock:
             device = self.device(gpu)
             self._refresh()
@@ -439,7 +441,8 @@ class SimBackend(Backend):
                     * device.gpu_instance_compute_share(p.gpu_instance_id or 0, p.compute_instance_id)
                     for p in procs
                 )
-            return min(util, 100.0), sum(p.footprint for p in procs), device.hardware.memory_total_bytes
+            held = sum(max(p.footprint, device.context_bytes) for p in procs)
+            return min(util, 100.0), held, device.usable_bytes
 
     def _pids_in_use(self, skip: _Workload) -> Set[int]:
         return {pid for w in self._workloads if w is not skip for pid in w.pids}
@@ -650,7 +653,11 @@ class SimBackend(Backend):
         )
 
     def _allocate(self, device: SimDevice, procs: Sequence[_Proc]) -> List[int]:
-        """Memory each process holds, earliest first; a target never holds more than it has."""
+        """Memory each process holds, earliest first; a target never holds more than it has. A
+        process holds at least its CUDA context (a workload's `memory` is its whole footprint,
+        as NVML counts it: its context included), and processes of a whole GPU share what its
+        driver leaves of it (the reserve is nobody's)."""
+        context = device.context_bytes
         free: Dict[Optional[int], int] = {}
         out = [0] * len(procs)
         order = sorted(
@@ -660,13 +667,10 @@ class SimBackend(Backend):
             p = procs[i]
             key = p.gpu_instance_id if device.mig_current else None
             if key not in free:
-                free[key] = (
-                    device.gpu_instance_memory_bytes(key)
-                    if key is not None
-                    else device.hardware.memory_total_bytes
-                )
+                free[key] = device.gpu_instance_memory_bytes(key) if key is not None else device.usable_bytes
             want = int(p.footprint * wl.clamp(p.activity.memory_fraction, 0.0, 1.0))
             want -= want % (1024 * 1024)  # the driver hands out whole MiB
+            want = max(want, context)
             got = min(want, free[key])
             free[key] -= got
             out[i] = got

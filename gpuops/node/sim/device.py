@@ -26,6 +26,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence, Set, Tuple
 
+from gpuops.core.driver_memory import DriverMemory, overhead_for
 from gpuops.core.mig.catalog import MODELS as MIG_MODELS
 from gpuops.core.mig.catalog import (
     ComputeProfile,
@@ -280,12 +281,14 @@ class SimDevice:
         unsupported: Sequence[str] = (),
         compute_mode: Optional[str] = None,
         memory_mode: Optional[str] = None,
+        cuda_version: str = "",
     ) -> None:
         self.index = index
         self.hardware = hardware
         self.uuid = uuid
         self.pci_bus_id = pci_bus_id(index, hardware.amd)
         self.driver_version = driver_version
+        self.cuda_version = cuda_version
         self.owner = owner
         self.unsupported = frozenset(unsupported)
         # Bumped by every change of the MIG state or of `lost`: what the caches below, and the
@@ -353,9 +356,32 @@ class SimDevice:
             info = self._info[is_lost] = self._make_info(is_lost)
         return info
 
+    @property
+    def context_bytes(self) -> int:
+        """Device memory a CUDA context takes on this GPU: every process holds at least this
+        (its NVML figure counts it); 0 on AMD GPUs, whose figures the simulator leaves as read."""
+        return 0 if self.hardware.amd else overhead_for(self.hardware.key).context_bytes
+
+    @property
+    def reserved_bytes(self) -> int:
+        """What the driver keeps of the card: no process can have it (NVML's "reserved")."""
+        return 0 if self.hardware.amd else overhead_for(self.hardware.key).reserved_bytes
+
+    @property
+    def usable_bytes(self) -> int:
+        """What processes can have of the whole GPU between them."""
+        return self.hardware.memory_total_bytes - self.reserved_bytes
+
     def _make_info(self, is_lost: bool) -> GpuInfo:
         hw = self.hardware
         lost = NotAvailable("GPU_IS_LOST")
+        # What the node observes of the driver's memory, as a node whose limiter has made a
+        # context on the GPU reports it (node/limiter_tags.py): the model's figures.
+        driver = (
+            None
+            if is_lost or hw.amd
+            else DriverMemory(self.context_bytes, self.reserved_bytes, self.cuda_version)
+        )
         return GpuInfo(
             index=self.index,
             uuid=self.uuid,
@@ -374,6 +400,7 @@ class SimDevice:
                 if "power_limit" in self.unsupported or hw.amd
                 else hw.power_limit_watts
             ),
+            driver_memory=driver,
         )
 
     @property
