@@ -34,6 +34,7 @@ from gpuops.cli.errors import fail
 from gpuops.cli.fleet_file import load_or_fail
 from gpuops.cli.sources import prometheus_url
 from gpuops.core.atomic_file import atomic_write
+from gpuops.core.driver_memory import DriverMemory
 from gpuops.core.history import History
 from gpuops.core.units import format_bytes, parse_percent
 from gpuops.spec import Fleet, dump_fleet, fleet_from_data
@@ -110,6 +111,18 @@ def _histories(
                 targets, window, now, parallel=parallel, handshakes=fleet.max_handshakes, done=done
             )
         )
+
+
+def _driver_memory(fleet: Fleet, parallel: int) -> dict[tuple[str, int], DriverMemory]:
+    """What each node observed of its GPUs' driver memory (their live state over SSH): the
+    planner lays caps on what the driver leaves of each card. A node that cannot be read gives
+    none (its GPUs take their models' documented figures)."""
+    from gpuops.fleet.targets import node_targets
+    from gpuops.plan.live import read_fleet
+    from gpuops.views.pool import live_driver_memory
+
+    lives = asyncio.run(read_fleet(node_targets(fleet), parallel=parallel, handshakes=fleet.max_handshakes))
+    return live_driver_memory(lives)
 
 
 def _evidence(fleet: Fleet, window_text: str, parallel: int, url: str | None = None) -> Evidence:
@@ -343,7 +356,10 @@ def rebalance_command(
                 )
             )
         fail(refusal)
-    proposal = propose(fleet, evidence, Options(pool=pool, idle_p95=idle_p95, moves=not no_moves))
+    # With history from Prometheus, no node is asked: the models' documented figures apply.
+    observed = _driver_memory(fleet, parallel) if prometheus_url(prometheus, fleet) is None else {}
+    options = Options(pool=pool, idle_p95=idle_p95, moves=not no_moves, driver_memory=observed)
+    proposal = propose(fleet, evidence, options)
     if proposal.infeasible:
         if as_json:
             typer.echo(json.dumps(_proposal_document(proposal, evidence), indent=2))

@@ -40,6 +40,7 @@ from typing import Any
 from rich.markup import escape
 
 from gpuops.core.atomic_file import atomic_write
+from gpuops.core.driver_memory import DriverMemory
 from gpuops.core.history import History
 from gpuops.core.model import Gpu
 from gpuops.core.units import format_bytes, format_percent
@@ -149,6 +150,12 @@ class PoolView:
     @property
     def members(self) -> int:
         return sum(1 for g in self.gpus if g.pool == self.pool)
+
+    @property
+    def driver_memory(self) -> dict[GpuKey, DriverMemory]:
+        """What each GPU's node observed of its driver's memory (the planner lays caps on what the
+        driver leaves of a card, and says how much goes to it)."""
+        return live_driver_memory(self.lives.values())
 
     def carving(self, key: GpuKey) -> str:
         """What the node has on this GPU now: its MIG instances and limiter tenant lines."""
@@ -265,6 +272,17 @@ def known_gpus(snapshot: FleetSnapshot) -> list[GpuRef]:
         for gpu in node.inventory.gpus if node.inventory is not None else ():
             refs.append(GpuRef(node.name, gpu.info.index, gpu.info.uuid, gpu.info.name))
     return refs
+
+
+def live_driver_memory(lives: Iterable[NodeLive]) -> dict[GpuKey, DriverMemory]:
+    """(node, GPU index) -> what the node observed of the GPU's driver memory, where it did."""
+    return {
+        (live.name, gpu.info.index): gpu.info.driver_memory
+        for live in lives
+        if live.ok
+        for gpu in live.gpus
+        if gpu.info.driver_memory is not None
+    }
 
 
 def carving_text(live: NodeLive, gpu: Gpu) -> str:
@@ -394,7 +412,12 @@ def draft_moves(
         raise PoolError("no GPU to move: mark GPUs with space first")
     refs = _refs(view, known)
     options = Options(
-        pool=pool, moves=False, join=tuple(add), leave=tuple(out), lined=_lined(view, out, refs)
+        pool=pool,
+        moves=False,
+        join=tuple(add),
+        leave=tuple(out),
+        lined=_lined(view, out, refs),
+        driver_memory=view.driver_memory,
     )
     proposal = propose(base, evidence, options)
     if proposal.infeasible:
@@ -409,7 +432,9 @@ def draft_moves(
 def draft_planner(view: PoolView, current: Draft | None = None) -> Draft:
     """The planner's proposal for the pool (on top of the change under review, if any)."""
     base = current.fleet if current is not None else view.fleet
-    proposal = propose(base, repool(view.evidence, base), Options(pool=view.pool))
+    proposal = propose(
+        base, repool(view.evidence, base), Options(pool=view.pool, driver_memory=view.driver_memory)
+    )
     if proposal.infeasible:
         raise PoolError(proposal.explain()[0])
     explanation = _on_top(current) + tuple(proposal.explain())
