@@ -1,8 +1,8 @@
 """The rules on one GPU's combination of kinds, the same at load and at plan time: MPS memory
 limits within what a client can have (the smallest MIG instance wanted, else the GPU's memory),
-the limiter never on a MIG GPU nor beside MPS, limiter memory caps within the GPU, and together
-within what the driver leaves of it (refused); a cap smaller than one CUDA context (warned: its
-tenant's programs cannot start there). A cap bounds a tenant's whole footprint on the GPU, its
+the limiter never on a MIG GPU nor beside MPS, limiter memory caps within the GPU; warned of: caps
+that together pass what the driver leaves of it (no promise then), a cap smaller than one CUDA
+context (its tenant's programs cannot start there). A cap bounds a tenant's whole footprint on the GPU, its
 processes' contexts included (docs/limiter.md, "What a cap bounds"); what the driver reserves of
 the card is no tenant's (core/driver_memory.py: observed by the GPU's node at plan time, else the
 model's documented figures).
@@ -137,8 +137,8 @@ def gpu_rules(
                         "a memory cap is per GPU",
                         False,
                     )
-            if not single:
-                _caps_within_the_card(lim_w.entry, lim.tenants, gpu, total, add, warn)
+            if not single and warn is not None:
+                _caps_within_the_card(lim_w.entry, lim.tenants, gpu, total, warn)
 
 
 def _caps_within_the_card(
@@ -146,11 +146,12 @@ def _caps_within_the_card(
     tenants: Mapping[str, LimiterTenantSpec],
     gpu: GpuView,
     total: int,
-    add: Callable[..., None],
-    warn: Callable[[DataPath, str, str], None] | None,
+    warn: Callable[[DataPath, str, str], None],
 ) -> None:
-    """The caps of a GPU's tenants together within what the driver leaves of the card (each
-    process's context is inside its tenant's cap), and each cap at least one context."""
+    """Warnings, not refusals (a cap is a ceiling, not a reservation: caps may add up to more
+    than a GPU where the operator knows its tenants never fill them together): the caps of a GPU's
+    tenants together past what the driver leaves of the card (each process's context is inside its
+    tenant's cap), and a cap smaller than one context."""
     over = gpu.overhead
     what = gpu.model or "GPU"
     caps = {name: lt.memory for name, lt in tenants.items() if lt.memory is not None}
@@ -159,18 +160,15 @@ def _caps_within_the_card(
         parts = ", ".join(
             f"{n} {format_bytes(c)}" for n, c in sorted(caps.items(), key=lambda nc: (-nc[1], nc[0]))
         )
-        add(
+        warn(
             ("carve", entry, "limiter", "tenants"),
             f"the memory caps add up to {format_bytes(sum(caps.values()), 2)} ({parts}), more than the "
             f"{format_bytes(usable, 2)} the driver leaves of the {what} ({format_bytes(total, 2)} less "
-            f"{mib_text(over.reserved_bytes)} it reserves, {over.reserved_source})",
-            "a cap is a promise on a full GPU: the tenant that allocates last would meet the driver's "
-            f"out-of-memory error under its cap; lower the caps (each includes its processes' CUDA "
-            f"contexts, {mib_text(over.context_bytes)} each; '*' counts once)",
-            False,
+            f"{mib_text(over.reserved_bytes)} it reserves, {over.reserved_source}): they are no promise, "
+            "the tenant that allocates last can meet the driver's out-of-memory error under its cap",
+            f"each cap includes its processes' CUDA contexts ({mib_text(over.context_bytes)} each) and "
+            "'*' counts once; lower the caps for each to hold on a full GPU",
         )
-    if warn is None:
-        return
     for name, cap in sorted(caps.items()):
         if 0 < cap < over.context_bytes:
             warn(

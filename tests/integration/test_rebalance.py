@@ -273,5 +273,24 @@ def test_rebalance_caps_leave_room_for_what_the_driver_takes(fleet: Launched, tm
     assert written.returncode in (0, 2), written.stdout + written.stderr
     plan = gpuops("plan", str(proposed), "--json")
     assert plan.returncode in (0, 2), plan.stdout + plan.stderr
-    problems = [p for n in json.loads(plan.stdout)["nodes"] for g in n["gpus"] for p in g.get("problems", [])]
+    gpus = [g for n in json.loads(plan.stdout)["nodes"] for g in n["gpus"]]
+    problems = [p for g in gpus for p in g.get("problems", [])]
     assert not problems, problems
+    assert not any("memory caps add up" in x for g in gpus for x in g.get("notes", [])), gpus
+
+    # caps written by hand that pass what the driver leaves of a 40 GiB card: plan says so
+    over = tmp_path / "over.yaml"
+    over.write_text(
+        text
+        + "carve:\n  - select: {nodes: sim-research-01, gpus: '0'}\n    limiter:\n      tenants:\n"
+        + "        research: {memory: 20GiB, compute: 50%}\n"
+        + "        analytics: {memory: 20275MiB, compute: 50%}\n"
+    )
+    warned = gpuops("plan", str(over), "--json")
+    assert warned.returncode == 2, warned.stdout + warned.stderr
+    notes = [x for n in json.loads(warned.stdout)["nodes"] for g in n["gpus"] for x in g.get("notes", [])]
+    assert any(
+        "the memory caps add up to 39.8GiB (research 20GiB, analytics 19.8GiB), more than the 39.53GiB "
+        "the driver leaves of the A100-SXM4-40GB (40GiB less 480MiB it reserves, observed)" in x
+        for x in notes
+    ), notes

@@ -14,10 +14,8 @@ from gpuops.core.driver_memory import DriverMemory
 from gpuops.core.model import Gpu, GpuInfo, NodeSample
 from gpuops.node import limiter
 from gpuops.node.limiter_tags import LimiterTagger
-from gpuops.spec import fleet_from_data, parse_fleet
-from gpuops.tenancy.accounting import Evidence, GpuEvidence, parse_window
-from gpuops.tenancy.rebalance import Options, propose, proposed_fleet
 from tests.native.conftest import MIB, Built, Lab, read_until, step
+from tests.tenancy_helpers import planner_caps
 
 OOM = "2"
 GIB = 1 << 30
@@ -121,52 +119,15 @@ def _observed(lab: Lab, uuid: str) -> GpuInfo:
     return sample.gpus[0].info
 
 
-FLEET = """\
-version: 1
-teams: {a: {users: [ua]}, b: {users: [ub]}, c: {users: [uc]}}
-nodes: [{name: fake, host: 127.0.0.1}]
-pools:
-  shared:
-    gpus: [{nodes: fake}]
-    guarantees: {a: 50%, b: 30%, c: 20%}
-"""
 SHARES = {"a": 0.5, "b": 0.3, "c": 0.2}
 
 
 def _planner_caps(lab: Lab, uuid: str) -> dict[str, int]:
     """The caps the planner lays on the fake GPU for three teams at 50/30/20% (a's notebook still
     holds 64 MiB there, so the caps are laid to the MiB and add up to everything the card
-    offers), from what the node observed of it; written by way of fleet.yaml, as `apply` does."""
+    offers), from what the node observed of it; written to the node's table, as `apply` does."""
     info = _observed(lab, uuid)
-    fleet = parse_fleet(FLEET)
-    window = parse_window("24h")
-    now = 1772409600.0
-    starts = window.starts(now)
-    gpu = GpuEvidence(
-        node="fake",
-        index=0,
-        uuid=uuid,
-        name=H100,
-        memory_total=lab.memory,
-        owner=None,
-        pool="shared",
-        observed=tuple(3600.0 for _ in starts),
-        busy=tuple(1.0 for _ in starts),
-        teams={t: tuple(v for _ in starts) for t, v in SHARES.items()},
-        held=dict(SHARES),
-        memory={},
-        process_p95={},
-        memory_now={"a": 64 * MIB},
-    )
-    options = Options(
-        moves=False, driver_memory={("fake", 0): info.driver_memory} if info.driver_memory else {}
-    )
-    proposal = propose(fleet, Evidence(window, now, starts, (gpu,)), options)
-    assert not proposal.infeasible, proposal.infeasible
-    new = fleet_from_data(proposed_fleet(fleet, proposal))
-    desired = new.desired_for("fake", 0, uuid, H100, mig_mode=False, memory_total=lab.memory)
-    assert desired.limiter is not None and not desired.problems, desired.problems
-    specs = [t for t in desired.limiter.tenant_specs() if t.name != "*"]
+    specs = planner_caps(H100, lab.memory, uuid, info.driver_memory, SHARES, {"a": 64 * MIB})
     limiter.write_table(lab.dir, specs)
     caps = {t.name: t.memory for t in specs if t.memory is not None}
     assert set(caps) == {"a", "b", "c"}, specs

@@ -238,17 +238,21 @@ carve:
 """
 
 
-def test_validate_refuses_caps_that_add_up_to_more_than_the_driver_leaves(in_tmp: Path) -> None:
+def test_validate_warns_of_caps_that_add_up_to_more_than_the_driver_leaves(in_tmp: Path) -> None:
     """An H100 has 79.65 GiB; its driver keeps 480 MiB (docs/gpu-runs/2026-11-26b): caps adding up
-    to 79.5 GiB each fit the card alone, but together promise memory no program can have."""
+    to 79.5 GiB each fit the card alone, but together promise memory no program can have. Said (a
+    cap is a ceiling, not a reservation: over-subscribing stays the operator's choice)."""
     (in_tmp / "over.yaml").write_text(DRIVER_FLEET.format(vision="40GiB", nlp="39.5GiB"))
     r = run("validate", "over.yaml")
-    assert r.exit_code == 1
-    assert (
-        "over.yaml:9:9: carve[0].limiter.tenants: the memory caps add up to 79.5GiB (vision 40GiB, nlp "
-        "39.5GiB), more than the 79.18GiB the driver leaves of the H100-80GB (79.65GiB less 480MiB it "
-        "reserves, default: H100 80GB, driver 580.159.04), on the GPUs of gpu-a-01"
-    ) in r.stderr, r.stderr
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.splitlines() == [
+        "warning: over.yaml:9:9: carve[0].limiter.tenants: the memory caps add up to 79.5GiB (vision 40GiB, "
+        "nlp 39.5GiB), more than the 79.18GiB the driver leaves of the H100-80GB (79.65GiB less 480MiB it "
+        "reserves, default: H100 80GB, driver 580.159.04): they are no promise, the tenant that allocates "
+        "last can meet the driver's out-of-memory error under its cap, on the GPUs of gpu-a-01; each cap "
+        "includes its processes' CUDA contexts (518MiB each) and '*' counts once; lower the caps for each "
+        "to hold on a full GPU"
+    ]
     (in_tmp / "fits.yaml").write_text(DRIVER_FLEET.format(vision="40GiB", nlp="39GiB"))
     ok = run("validate", "fits.yaml")
     assert ok.exit_code == 0, ok.stderr
