@@ -37,9 +37,10 @@ MEASURES = (
     "overhead",
     "overhead-driver",
     "overhead-in-process",
+    "planner-caps",
 )
 # Measures added after the first recorded runs: a directory of an older run may lack them.
-OPTIONAL = ("overhead-driver", "overhead-in-process")
+OPTIONAL = ("overhead-driver", "overhead-in-process", "planner-caps")
 ENGINE_NAMES = {"gpuops": "gpuops", "hami": "HAMi-core"}
 HAMI_LIB = ROOT / ".hami" / "libvgpu.so"
 
@@ -83,6 +84,7 @@ def measure(seconds: float, engine: str = "gpuops", only: tuple[str, ...] = MEAS
             n, iterations=50000, repeats=10, rounds=7, program="cu_launch.c"
         ),
         "overhead-in-process": torchlab.measure_launch_in_process,
+        "planner-caps": torchlab.measure_planner_caps,
     }
     with tempfile.TemporaryDirectory(prefix="gpuops-limiter-gpu-") as tmp:
         for name in only:
@@ -151,6 +153,27 @@ def _memory_cells(m: dict[str, Any]) -> tuple[str, str]:
         f"{verdict(torchlab.memory_problems(m))}"
     )
     return seen.replace("|", "/"), hit.replace("|", "/")
+
+
+def _planner_cell(p: dict[str, Any] | None) -> str:
+    if not p:
+        return "-"
+    if "error" in p:
+        return _error_cell(p["error"])
+    observed = p.get("observed") or {}
+    context = observed.get("context_bytes")
+    held = ", ".join(
+        f"{t} {(p['footprint'].get(t) or 0) / GIB:.2f} of {cap / GIB:.2f} GiB"
+        + ("" if p["limiter_refused"][t] else " (**driver refused**)")
+        for t, cap in sorted(p["caps"].items())
+    )
+    used = p.get("smi_used")
+    return (
+        f"{held}; the GPU {used / GIB:.2f} GiB used of {p['total'] / GIB:.2f} "
+        f"(context {context / MIB:.0f} MiB observed) "
+        if used is not None and context
+        else f"{held} "
+    ) + verdict(torchlab.planner_caps_problems(p))
 
 
 def _shares_cell(s: dict[str, Any]) -> str:
@@ -249,6 +272,12 @@ def render(figures: dict[str, Any], hami: dict[str, Any] | None = None) -> str:
             f"... allocating past the cap, {label}",
             "out-of-memory error, program goes on",
             [c[1] for c in cells],
+        )
+    if figures.get("planner-caps"):
+        row(
+            "three tenants with the planner's caps (50/30/20%, to the MiB) fill the GPU together",
+            "each its cap; the driver refuses none",
+            [_planner_cell(e.get("planner-caps")) for e in engines],
         )
     s = figures["shares"]
     a, b = s["shares"]

@@ -1,8 +1,11 @@
 """PyTorch under the limiter on a real GPU: the acceptance of the limiter.
 
-- memory: torch.cuda.mem_get_info() shows the cap, allocating past it raises an out-of-memory
-  error, and the program survives (with PyTorch's default allocator and with expandable
-  segments, which allocate through cuMemCreate);
+- memory: torch.cuda.mem_get_info() shows the cap (less the process's CUDA context, which the
+  cap bounds too: the process's NVML figure stays within the cap), allocating past it raises an
+  out-of-memory error, and the program survives (with PyTorch's default allocator and with
+  expandable segments, which allocate through cuMemCreate); three tenants with the caps the
+  planner lays on the GPU fill it together, none meeting the driver's out-of-memory error under
+  its cap (issue 37);
 - compute: two processes doing matmul loops as fixed-share tenants at 30% and 70% reach a
   throughput ratio within 5% of 30:70 (relative);
 - overhead: the limiter adds at most 3% to a launch (cu_launch.c inside one process: blocks of
@@ -62,6 +65,19 @@ def test_pytorch_sees_and_hits_the_memory_cap(node: torchlab.Node, alloc_conf: s
     figures = torchlab.measure_memory(node, torchlab.memory_cap(), alloc_conf)
     torchlab.write_result("memory-" + ("expandable" if alloc_conf else "default"), figures)
     problems = torchlab.memory_problems(figures)
+    assert not problems, torchlab.report(problems, figures)
+
+
+def test_caps_the_planner_lays_fill_the_gpu_together(node: torchlab.Node) -> None:
+    """Issue 37: three tenants whose caps the planner laid on this GPU (from what the node
+    observed of its driver) fill the GPU together, each up to its cap, none meeting the driver's
+    out-of-memory error under it."""
+    try:
+        figures = torchlab.measure_planner_caps(node)
+    except torchlab.Unavailable as exc:
+        pytest.skip(str(exc))
+    torchlab.write_result("planner-caps", figures)
+    problems = torchlab.planner_caps_problems(figures)
     assert not problems, torchlab.report(problems, figures)
 
 
