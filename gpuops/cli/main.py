@@ -37,7 +37,7 @@ COMMANDS = (
     Entry(
         "validate",
         "gpuops.cli.spec",
-        "Check fleet.yaml files: every mistake with its file:line:column (exit 1 if any).",
+        "Check fleet.yaml files: every mistake with its file:line:column (exit 1 if any)",
     ),
     Entry(
         "schema",
