@@ -211,7 +211,7 @@ def test_a_100_node_fleet_builds_every_past_from_the_start_while_its_loop_answer
     plan = build_fleet("large", 100, epoch=float(int(time.time())))
     backends = [(n.name, SimBackend(spec=n.spec), n.spec) for n in plan.nodes]
     history = SimHistory(backends, tmp_path, interval=1.0, days=0.25)
-    lag: list[float] = []
+    held: list[float] = []  # CPU seconds the loop's thread spent between two of our ticks
 
     async def run() -> None:
         task = asyncio.create_task(history.run())
@@ -219,9 +219,9 @@ def test_a_100_node_fleet_builds_every_past_from_the_start_while_its_loop_answer
         deadline = loop.time() + 120
         try:
             while history.backfilled < len(backends) and loop.time() < deadline:
-                due = loop.time() + 0.01
+                cpu = time.thread_time()
                 await asyncio.sleep(0.01)
-                lag.append(loop.time() - due)
+                held.append(time.thread_time() - cpu)
         finally:
             history.close()
             task.cancel()
@@ -232,9 +232,10 @@ def test_a_100_node_fleet_builds_every_past_from_the_start_while_its_loop_answer
     asyncio.run(run())
     assert history.backfilled == len(backends)
     # Merging a node's buckets is the only part in the loop: a few milliseconds at a time (a
-    # whole node's past evaluated in the loop would be 0.2-3 s; the bound leaves room for a
-    # shared, loaded 2-core machine).
-    assert max(lag) < 1.0, max(lag)
+    # whole node's past evaluated in the loop would be 0.2-3 s). Counted in the loop thread's CPU
+    # time, not the clock: beside the suite's other workers on 2 cores the loop may wait a second
+    # for a core (1.0 s of wall-clock lag failed so), which is not work done in the loop.
+    assert max(held) < 0.5, max(held)
     now = time.time()
     last = plan.nodes[-1].name
     hours = read_history(str(tmp_path / last / "history"), "hour", now - 6 * HOUR, now + 60, now=now)
