@@ -20,6 +20,7 @@ from rich.table import Table
 
 from gpuops.cli.console import CliConsole
 from gpuops.cli.errors import fail
+from gpuops.core.driver_memory import cuda_version_text, mib_text
 from gpuops.core.units import (
     UnitError,
     format_bytes,
@@ -158,6 +159,14 @@ def _snapshot_json(snap: limiter.RegionSnapshot, shares: dict[str, float]) -> di
         "gpu_uuid": snap.gpu_uuid,
         "path": snap.path,
         "lease": {"state": snap.lease_state, "holder": snap.lease_holder, "transitions": snap.transitions},
+        # what the driver takes of the GPU, as the library measured it (docs/limiter.md)
+        "driver": {
+            "context_bytes": snap.context_bytes,
+            "context_cuda_version": cuda_version_text(snap.context_cuda_version) or None,
+            "context_measurements": snap.context_measured,
+            "context_max_bytes": snap.context_max_bytes or None,
+            "cuda_total_bytes": snap.cuda_total_bytes or None,
+        },
         "tenants": [
             {
                 "tenant": t.name,
@@ -241,6 +250,11 @@ def status(
         gpu_shares = shares.get(str(path), {})
         holder = f", held by {escape(snap.lease_holder)}" if snap.lease_holder else ""
         title = f"GPU {escape(snap.gpu_uuid)} — lease {snap.lease_state}{holder}"
+        if snap.context_bytes is not None:  # the memory counts include it, per process
+            version = cuda_version_text(snap.context_cuda_version)
+            title += f" — a CUDA context costs {mib_text(snap.context_bytes)}" + (
+                f" (CUDA {version})" if version else ""
+            )
         table = Table(title=title, box=box.SIMPLE, title_justify="left", pad_edge=False, padding=(0, 1))
         for col in ("TENANT", "POLICY", "CLASS", "GPU NOW", "GPU TIME", "MEMORY", "LIMIT", "PROCS"):
             left = col in ("TENANT", "POLICY", "CLASS")

@@ -75,8 +75,9 @@ def validate(
         bool, typer.Option("--json", help="Print one JSON object with every file's result and errors.")
     ] = False,
 ) -> None:
-    """Check fleet.yaml files: every mistake with its file:line:column (exit 1 if any); warnings
-    (a memory cap smaller than one CUDA context) on stderr, without failing."""
+    """Check fleet.yaml files: every mistake with its file:line:column (exit 1 if any). Warnings
+    (limiter memory caps that are no promise, or smaller than one CUDA context) go to stderr and
+    do not change the exit code."""
     failed = False
     results: list[dict[str, Any]] = []
     for name in files:

@@ -6,6 +6,7 @@ under LD_PRELOAD; what the fake GPU itself allocated and refused is the judge.""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from gpuops.core.model import Gpu, GpuInfo, NodeSample
 from gpuops.node import limiter
 from gpuops.node.limiter_tags import LimiterTagger
 from tests.native.conftest import MIB, Built, Lab, read_until, step
+from tests.native.test_cli import gpuops
 from tests.tenancy_helpers import planner_caps
 
 OOM = "2"
@@ -108,6 +110,11 @@ def test_the_region_keeps_what_a_context_costs_and_what_cuda_can_use(built: Buil
         assert limiter.read_headers(lab.dir)[0].context_measured == 2
         info = _observed(lab, header.gpu_uuid)
         assert info.driver_memory == DriverMemory(CONTEXT, 256 * MIB, "12.4")
+        status = gpuops(lab, "limiter", "status", "--dir", str(lab.dir), "--interval", "0", "--json")
+        assert status.returncode == 0, status.stderr
+        (gpu,) = json.loads(status.stdout)["gpus"]
+        assert gpu["driver"]["context_bytes"] == CONTEXT and gpu["driver"]["context_measurements"] == 2
+        assert gpu["driver"]["cuda_total_bytes"] == 4 * GIB - 256 * MIB
     finally:
         lab.close()
 
