@@ -6,7 +6,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.native.conftest import MIB, Lab, read_until
+
+# A compute share measured over seconds: run alone, after the parallel phase (make test).
+pytestmark = pytest.mark.serial
 
 # The limiter commands on an app of their own (the main entry point lists its command modules).
 RUNNER = """

@@ -16,6 +16,9 @@ import pytest
 from tests.native.conftest import Lab, read_until
 from tests.native.fakegpu import Kernel, busy_in_window
 
+# Shares of GPU time measured over seconds: run alone, after the parallel phase (make test).
+pytestmark = pytest.mark.serial
+
 MS = 1_000_000
 SHORT, MEDIUM, LONG = "100000", "500000", "2000000"  # 0.1 ms, 0.5 ms and 2 ms kernels
 

@@ -11,8 +11,13 @@ import struct
 import subprocess
 import time
 
+import pytest
+
 from gpuops.node import limiter
 from tests.native.conftest import Lab, read_until, step
+
+# 1000 SIGKILLs and 64 starts at once, each timed: run alone, after the parallel phase (make test).
+pytestmark = pytest.mark.serial
 
 KILLS = 1000
 PARALLEL = 6

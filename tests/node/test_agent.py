@@ -243,6 +243,7 @@ def test_watch_with_rows_sends_each_gpus_sample_as_a_row() -> None:
     asyncio.run(run())
 
 
+@pytest.mark.serial  # sample times against the clock: run alone, after the parallel phase
 def test_an_aligned_watch_samples_at_multiples_of_the_interval() -> None:
     """`align`: the first sample at once, then at the multiples of the interval on the wall clock,
     so every node of a fleet samples at the same instants."""
