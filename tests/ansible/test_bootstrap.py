@@ -43,7 +43,9 @@ from tests.sshtest.fixtures import (  # noqa: F401  (pytest finds the fixtures b
 )
 from tests.sshtest.sshd import Sshd
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("sshtest_leak_check")]
+# Each test runs several playbooks (a venv and pip install per host in each): 3-4 minutes beside
+# the suite's other workers on 2 cores, over pytest's default 300 s when the machine is busier.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("sshtest_leak_check"), pytest.mark.timeout(900)]
 
 LIMITER = Path(__file__).resolve().parents[2] / "native" / "build" / "libgpuops-limiter.so"
 

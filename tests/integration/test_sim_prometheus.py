@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -101,6 +102,22 @@ def test_sim_up_prometheus_without_the_binary_is_one_line(tmp_path: Path) -> Non
 
 
 @needs_prometheus
+def _until_line(process: subprocess.Popen[bytes], text: str, deadline_s: float) -> str:
+    """`process`' output until a line holding `text` has come (bounded), as read so far."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    seen = b""
+    deadline = time.monotonic() + deadline_s
+    while text.encode() not in seen.rsplit(b"\n", 1)[0]:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 1 << 20) if ready else b""
+        if not chunk:
+            process.kill()
+            pytest.fail(f"no line with {text!r} after {deadline_s:.0f}s: {seen[-2000:]!r}")
+        seen += chunk
+    return seen.decode(errors="replace")
+
+
 def test_demo_prometheus_watches_the_fleet_through_prometheus() -> None:
     demo = subprocess.Popen(
         [
@@ -120,10 +137,11 @@ def test_demo_prometheus_watches_the_fleet_through_prometheus() -> None:
         cwd=REPO,
         env={**os.environ, "COLUMNS": "200"},
     )
-    # --plain in a pipe: a status line per refresh; give Prometheus time to scrape.
-    time.sleep(10)
+    # --plain in a pipe: a status line per refresh. Stopped once a line shows every node live
+    # through Prometheus (a fixed 10 s stopped a demo still starting on a loaded machine: exit 130).
+    early = _until_line(demo, "4 nodes: 4 live", 90)
     demo.send_signal(signal.SIGINT)
-    out = demo.communicate(timeout=30)[0].decode(errors="replace")
+    out = early + demo.communicate(timeout=30)[0].decode(errors="replace")
     assert demo.returncode == 0, out[-2000:]
     assert "read through Prometheus http://127.0.0.1:" in out, out[-2000:]
     assert "from prometheus http://127.0.0.1:" in out.split("Ctrl-C stops it", 1)[1], out[-2000:]
