@@ -12,6 +12,7 @@ move one back. --readonly refuses moving and applying. The steps below the scree
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import shutil
 import time
@@ -25,7 +26,9 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from gpuops.cli.tui import fleet_source
+from gpuops.core.driver_memory import DriverMemory
 from gpuops.core.history import History
+from gpuops.core.model import Gpu, GpuInfo, NodeSample
 from gpuops.fleet.targets import node_targets
 from gpuops.plan.apply import NodeResult
 from gpuops.plan.live import NodeLive, read_live
@@ -586,6 +589,7 @@ carve:
     limiter: {tenants: {vision: {compute: 100%}}}
 """
 A100 = "NVIDIA A100-SXM4-80GB"
+MIB = 1 << 20
 
 
 def evidence(busy: dict[tuple[str, int], float], fleet_text_: str = FLEET) -> Evidence:
@@ -657,6 +661,30 @@ def test_moves_by_hand_keep_the_file_and_grant_the_saturated_team(tmp_path: Path
     ]
     # GPU 0 never had the pool's limiter lines (not on disk, not live): no entry to clear them
     assert not any(e.get("limiter", {}).get("enabled") is False for e in second.data["carve"])
+
+
+def test_the_pool_screens_planner_says_what_the_driver_takes_as_the_nodes_observed(tmp_path: Path) -> None:
+    """Issue 37: a change drafted on the Pool screen lays caps on what the driver leaves of each
+    card, from what the nodes observed (their live state), and its explanation says how much of the
+    GPUs goes to the driver."""
+    observed = DriverMemory(600 * MIB, 512 * MIB, "13.0")
+
+    def live(node: str, count: int) -> NodeLive:
+        gpus = tuple(
+            Gpu(info=GpuInfo(i, f"GPU-{node}-{i}", A100, "", 0, 80 << 30, True, driver_memory=observed))
+            for i in range(count)
+        )
+        return NodeLive(node, sample=NodeSample(node, NOW, gpus))
+
+    view = dataclasses.replace(
+        view_of(FLEET, BUSY, tmp_path),
+        lives={"gpu-a-01": live("gpu-a-01", 4), "gpu-b-01": live("gpu-b-01", 2)},
+    )
+    assert view.driver_memory[("gpu-a-01", 3)] == observed
+    draft = draft_moves(view, None, join=[("gpu-a-01", 0)])
+    (line,) = [x for x in draft.explanation if x.startswith("driver overhead on gpu-a-01:0")]
+    assert "512MiB of each card reserved by the driver (observed)" in line, line
+    assert "each process's CUDA context, 600MiB (observed under CUDA 13.0), counts inside" in line, line
 
 
 def test_taking_gpus_out_expands_a_selection_and_clears_their_lines(tmp_path: Path) -> None:
