@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from tests.promtest.dashboards import (
     RULES_FILE,
-    RULES_TESTS_FILE,
+    RULES_TESTS_FILES,
     concrete,
     dashboard_files,
     dashboard_queries,
@@ -38,13 +38,14 @@ from tests.promtest.prometheus import Sample, ScrapeJob
 from tests.promtest.promtool import check_rules, lint_problems, test_rules
 
 
-def _copy_with(tmp_path: Path, old: str, new: str) -> Path:
+def _copy_with(tmp_path: Path, old: str, new: str) -> list[Path]:
     """The rules and their unit tests in ``tmp_path``, ``old`` replaced once in the rules."""
     text = RULES_FILE.read_text(encoding="utf-8")
     assert text.count(old) == 1, f"{old!r} must occur once in {RULES_FILE.name}"
     (tmp_path / RULES_FILE.name).write_text(text.replace(old, new), encoding="utf-8")
-    shutil.copy(RULES_TESTS_FILE, tmp_path / RULES_TESTS_FILE.name)
-    return tmp_path / RULES_TESTS_FILE.name
+    for tests in RULES_TESTS_FILES:
+        shutil.copy(tests, tmp_path / tests.name)
+    return [tmp_path / tests.name for tests in RULES_TESTS_FILES]
 
 
 def test_promtool_check_rules_is_clean(promtool_path: str) -> None:
@@ -61,9 +62,9 @@ def test_promtool_check_rules_rejects_a_broken_expression(promtool_path: str, tm
 
 
 def test_promtool_unit_tests_pass(promtool_path: str) -> None:
-    result = test_rules(RULES_TESTS_FILE)
+    result = test_rules(*RULES_TESTS_FILES)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS" in result.stdout
+    assert result.stdout.count("SUCCESS") == len(RULES_TESTS_FILES), result.stdout
 
 
 @pytest.mark.parametrize(
@@ -122,15 +123,15 @@ def test_promtool_unit_tests_pass(promtool_path: str) -> None:
 def test_promtool_unit_tests_catch_a_changed_rule(
     promtool_path: str, tmp_path: Path, old: str, new: str, caught_by: str
 ) -> None:
-    tests_file = _copy_with(tmp_path, old, new)
+    tests_files = _copy_with(tmp_path, old, new)
     assert check_rules(tmp_path / RULES_FILE.name).returncode == 0  # still valid, only wrong
-    result = test_rules(tests_file)
+    result = test_rules(*tests_files)
     assert result.returncode != 0, result.stdout
     assert caught_by in result.stdout + result.stderr
 
 
 def test_every_rule_is_unit_tested() -> None:
-    tests = load_yaml(RULES_TESTS_FILE)["tests"]
+    tests = [group for path in RULES_TESTS_FILES for group in load_yaml(path)["tests"]]
     tested_exprs = " ".join(t["expr"] for group in tests for t in group.get("promql_expr_test", []))
     fired = {
         t["alertname"] for group in tests for t in group.get("alert_rule_test", []) if t.get("exp_alerts")

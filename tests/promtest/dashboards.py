@@ -27,7 +27,11 @@ from ruamel.yaml import YAML
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA_DIR = REPO / "deploy" / "grafana"
 RULES_FILE = REPO / "deploy" / "prometheus" / "gpuops.rules.yml"
-RULES_TESTS_FILE = REPO / "deploy" / "prometheus" / "gpuops.rules.test.yml"
+# promtool evaluates a file at one interval: the tests over days are in a file of their own.
+RULES_TESTS_FILES = (
+    REPO / "deploy" / "prometheus" / "gpuops.rules.test.yml",
+    REPO / "deploy" / "prometheus" / "gpuops.rules.days.test.yml",
+)
 METRICS_DOC = REPO / "docs" / "metrics.md"
 # Series Prometheus makes itself for every target: usable by rules and panels without a doc entry.
 PROMETHEUS_OWN = frozenset({"up", "scrape_duration_seconds", "scrape_samples_scraped"})
