@@ -24,8 +24,12 @@ of the sim fleet, and their past, so a fresh fleet already has days of evidence.
   256 covers the 200-node fleet of issue 18: its pasts are built within seconds of `sim up`
   (docs/benchmarks.md, "Simulated history"), which a fleet built on demand spread over every
   node's first call.
-  Without worker processes (`workers=0`, or when they cannot start) the evaluation runs in a
-  thread of the fleet process, which the interpreter interleaves with the event loop.
+  Without worker processes the evaluation runs in a thread of the fleet process, one node at a
+  time, which the interpreter interleaves with the event loop: for fleets of up to
+  `thread_nodes` (16) nodes, the `silos` and `mixed` fleets the tests start by the dozen, whose
+  pasts cost less than starting the workers does (8 `silos` nodes: 0.35 s of CPU in all,
+  against ~0.5 s per spawn worker, mostly re-importing gpuops; docs/benchmarks.md, "Launching
+  a small fleet"); with `workers=0`; and when the workers cannot start.
 
 Every start begins a new simulated past (the epoch is the start time): files of an earlier run
 are removed when the fleet starts.
@@ -68,6 +72,7 @@ BACKFILL_COARSE_STEP = 900.0  # ... and of the days before
 PASTS_FILE = "pasts.json"  # in the state directory: {"nodes", "built", "days", "background"}
 BACKGROUND_NODES = 256  # fleets up to this size get their past from the start
 MAX_WORKERS = 2  # worker processes evaluating pasts (at most one per core)
+THREAD_NODES = 16  # fleets up to this size evaluate their pasts in a thread, not in workers
 _OUR_FILES = ("minutes.json",)
 
 
@@ -118,8 +123,9 @@ class SimHistory:
     """Records every simulated node's history, and fills in each node's past.
 
     `nodes`: (name, live backend, sim spec) per node (a spec of None: no past). `state_dir`:
-    the fleet's state directory (one subdirectory per node). Start `run()` as a task; `close()`
-    stops."""
+    the fleet's state directory (one subdirectory per node). `workers`: worker processes for the
+    pasts (default: none for up to `thread_nodes` pasts, else one per core up to MAX_WORKERS; 0:
+    a thread). Start `run()` as a task; `close()` stops."""
 
     def __init__(
         self,
@@ -134,6 +140,7 @@ class SimHistory:
         clock: Callable[[], float] = time.time,
         durable: bool = False,
         workers: int | None = None,
+        thread_nodes: int = THREAD_NODES,
     ) -> None:
         self.interval = float(interval)
         self.days = float(days)
@@ -166,7 +173,9 @@ class SimHistory:
         self.progress_path = state_dir / PASTS_FILE
         self._pasts = sum(1 for _name, _backend, spec in nodes if spec is not None)
         self._write_progress()
-        self.workers = min(MAX_WORKERS, os.cpu_count() or 1) if workers is None else workers
+        if workers is None:  # a small fleet's pasts cost less than starting the workers
+            workers = 0 if self._pasts <= thread_nodes else min(MAX_WORKERS, os.cpu_count() or 1)
+        self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
 
     def history_dir(self, name: str) -> str:
