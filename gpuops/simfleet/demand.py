@@ -47,6 +47,7 @@ from gpuops.node.backends.sim import SimBackend
 from gpuops.node.limiter import LimiterError, TenantSpec, read_table
 from gpuops.node.sim import workloads as wl
 from gpuops.node.sim.spec import WorkloadSpec
+from gpuops.simfleet.scenarios import DEFAULT_SPEED
 
 log = logging.getLogger("gpuops.simfleet")
 
@@ -54,7 +55,6 @@ QUEUED, RUNNING, DONE = "queued", "running", "done"
 GUARANTEED, SILO, BORROWED = "guaranteed", "silo", "borrowed"
 _RANK = {GUARANTEED: 0, SILO: 1, BORROWED: 2}
 IDLE_BELOW = 10.0  # % utilization from the work already on a GPU: above it, the GPU is taken
-DEFAULT_SPEED = 60.0
 TICK_SECONDS = 2.0
 RESCAN_SECONDS = 30.0  # look for room this often even when nothing was freed (other work ends)
 WRITE_EVERY = 10.0  # seconds between rewrites of demand.json while only progress changes

@@ -43,14 +43,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import asyncssh
+from typing import TYPE_CHECKING, Any
 
 from gpuops.core.atomic_file import atomic_write
-from gpuops.simfleet.demand import DEFAULT_SPEED, Demand
-from gpuops.simfleet.exporters import SimExporters
-from gpuops.simfleet.history import SimHistory
 from gpuops.simfleet.prometheus import (
     MISSING,
     SimPrometheus,
@@ -58,9 +53,16 @@ from gpuops.simfleet.prometheus import (
     prometheus_binary,
     rules_files,
 )
-from gpuops.simfleet.scenarios import SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
-from gpuops.simfleet.server import SimFleetServer
+from gpuops.simfleet.scenarios import DEFAULT_SPEED, SCENARIOS, ScenarioError, SimFleetPlan, build_fleet
 from gpuops.simfleet.tether import Lifeline, lifeline_pair, stop_on_sigterm_while_starting
+
+if TYPE_CHECKING:
+    import asyncssh
+
+# What only the fleet process needs (asyncssh, the node agents, the backends, the recorders) is
+# imported where it serves (`_serve`): `gpuops sim up/down/status`, the processes that call
+# `launch` and `stop`, and the workers that build pasts (history.py) skip a quarter of a second
+# of imports each.
 
 log = logging.getLogger("gpuops.simfleet")
 
@@ -344,7 +346,13 @@ async def _serve(
 ) -> None:
     plan = build_fleet(scenario, nodes, seed, epoch=float(int(time.time())), utc_offset=_utc_offset())
 
+    import asyncssh
+
     from gpuops.node.backends.sim import SimBackend
+    from gpuops.simfleet.demand import Demand
+    from gpuops.simfleet.exporters import SimExporters
+    from gpuops.simfleet.history import SimHistory
+    from gpuops.simfleet.server import SimFleetServer
 
     _raise_fd_limit(len(plan.nodes))
     backends = [(node.name, SimBackend(spec=node.spec)) for node in plan.nodes]

@@ -38,6 +38,10 @@ SCENARIOS = ("silos", "large", "mixed")
 DEFAULT_NODES = {"silos": 8, "large": 200, "mixed": 6}
 MAX_NODES = 5000
 PROFILES = ("training", "inference", "notebooks", "mig", "saturated", "idle")
+# Queued work (a node's pending workloads, demand.py) runs this much faster than real time by
+# default (`sim up --queue-speed`); here, not in demand.py, so that starting a fleet needs no
+# more than this module.
+DEFAULT_SPEED = 60.0
 
 Spec = dict[str, Any]
 
