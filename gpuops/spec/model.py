@@ -588,8 +588,6 @@ class _Index:
         return cached
 
 
-Fleet.model_rebuild()
-
 __all__ = [
     "SPEC_VERSION",
     "AgentOptions",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuops.spec.base import describe_fields
 from gpuops.spec.model import Fleet
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -12,6 +13,7 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 def fleet_json_schema() -> dict[str, Any]:
     """The schema of what `load_fleet` accepts field by field; the rules that span fields (unique
     names, owners that must be teams, ...) are only checked by `gpuops validate`."""
+    describe_fields()  # the attribute docstrings, read only here (spec/base.py)
     schema = Fleet.model_json_schema(mode="validation")
     body = {k: v for k, v in schema.items() if k != "title"}
     _allow_empty_mappings(body)
