@@ -35,6 +35,7 @@ import logging
 import logging.handlers
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -173,17 +174,141 @@ def fleet_document(plan: SimFleetPlan, ports: dict[str, int], paths: SimPaths, u
 
 
 def fleet_yaml_text(document: dict[str, Any], plan: SimFleetPlan, path: Path) -> str:
-    """fleet.yaml text, written by the spec package and checked by its loader."""
-    from gpuops.spec import dump_fleet, fleet_from_data, parse_fleet
-
-    fleet = fleet_from_data(document, str(path), base_dir=path.parent)
+    """fleet.yaml text as the spec package writes it (`dump_fleet`). A document of plain names,
+    as every scenario's is, is written here (`plain_fleet_yaml`): the spec package, its models
+    and its YAML emitter, were a fifth of the fleet process's CPU at start (0.2 s), for one
+    file. Anything else is written by the spec package and checked by its loader. A test
+    compares both ways on every scenario and reads the text back with the loader
+    (tests/unit/test_simfleet_yaml.py)."""
     comment = (
         f"Written by `gpuops sim up` (scenario {plan.scenario}, seed {plan.seed}, {len(plan.nodes)} nodes);\n"
         "rewritten on every start. Stop the fleet with: gpuops sim down"
     )
+    text = plain_fleet_yaml(document, comment)
+    if text is not None:
+        return text
+    from gpuops.spec import dump_fleet, fleet_from_data, parse_fleet
+
+    fleet = fleet_from_data(document, str(path), base_dir=path.parent)
     text = dump_fleet(fleet, comment=comment)
     parse_fleet(text, str(path), base_dir=path.parent)  # what we write, we can read back
     return text
+
+
+# A string the spec package's emitter writes bare everywhere (inside `{...}` too): a name or path
+# of letters, digits and `_./-` that starts with a letter, `_` or `/`, or an IPv4 address, and is
+# no YAML word for a boolean or null.
+_BARE = re.compile(r"\A(?:[A-Za-z_/][A-Za-z0-9_./-]*|[0-9]{1,3}(?:\.[0-9]{1,3}){3})\Z")
+_YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
+# What the loader checks in the parts that come from outside the scenario (`--user`, `--dir`):
+# spec/types.py's USER_RE (a test keeps them the same) and a path length well within MAX_PATH.
+_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
+_MAX_PATH = 1024
+_FLOW_WIDTH = 72  # spec/dump.py's: a mapping or list of plain values this short is on one line
+_SSH_FIELDS = ("user", "identity_file", "known_hosts", "host_key_policy")
+_AGENT_FIELDS = ("mode", "backend")
+_NODE_FIELDS = ("name", "host", "port", "labels", "owner")
+_DEFAULT_INTERVAL = "1s"  # fleet.yaml's default (spec/model.py), which `dump_fleet` leaves out
+
+
+def plain_fleet_yaml(document: dict[str, Any], comment: str) -> str | None:
+    """`fleet_document`'s fleet.yaml text, the same as `dump_fleet` writes it (the fields in the
+    model's order, the defaults left out, short mappings and lists of plain values on one line,
+    the emitter's indentation), without the spec package; None where the document holds
+    anything else than those fields with names, paths and numbers written bare (then the spec
+    package writes it)."""
+    ssh, agent, nodes = document.get("ssh"), document.get("agent"), document.get("nodes")
+    teams = document.get("teams")
+    if (
+        set(document) != {"version", "ssh", "agent", "interval", "teams", "nodes"}
+        or document["interval"] != _DEFAULT_INTERVAL
+        or not isinstance(ssh, dict)
+        or set(ssh) != set(_SSH_FIELDS)
+        or not isinstance(agent, dict)
+        or set(agent) != set(_AGENT_FIELDS)
+        or not isinstance(teams, dict)
+        or not teams
+        or not isinstance(nodes, list)
+        or not nodes
+        or not isinstance(ssh["user"], str)
+        or not _USER.match(ssh["user"])
+        or any(len(str(ssh[k])) > _MAX_PATH for k in ("identity_file", "known_hosts"))
+    ):
+        return None
+    data: dict[str, Any] = {
+        "version": document["version"],
+        "ssh": {k: ssh[k] for k in _SSH_FIELDS},
+        "agent": {k: agent[k] for k in _AGENT_FIELDS},
+        "teams": {},
+        "nodes": [],
+    }
+    for team, members in teams.items():
+        if not isinstance(members, dict) or set(members) != {"users"}:
+            return None
+        data["teams"][team] = {"users": members["users"]}
+    for node in nodes:
+        if not isinstance(node, dict) or set(node) != set(_NODE_FIELDS):
+            return None
+        data["nodes"].append({k: node[k] for k in _NODE_FIELDS})
+    lines = [f"# {line}".rstrip() for line in comment.splitlines()]
+    try:
+        _block_mapping(data, 0, lines)
+    except ValueError:
+        return None
+    return "\n".join(lines) + "\n"
+
+
+def _bare(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return str(value)
+    if isinstance(value, str) and _BARE.match(value) and value.lower() not in _YAML_WORDS:
+        return value
+    raise ValueError(value)
+
+
+def _flow(value: Any) -> str | None:
+    """A non-empty mapping or list of plain values whose repr is short, on one line (as
+    spec/dump.py's `compact`); None for what goes in a block."""
+    if not isinstance(value, (dict, list)) or not value:
+        raise ValueError(value)
+    items = value.values() if isinstance(value, dict) else value
+    if any(isinstance(v, (dict, list)) for v in items) or len(repr(value)) > _FLOW_WIDTH:
+        return None
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_bare(k)}: {_bare(v)}" for k, v in value.items()) + "}"
+    return "[" + ", ".join(_bare(v) for v in value) + "]"
+
+
+def _block_mapping(value: dict[str, Any], indent: int, lines: list[str], first: str | None = None) -> None:
+    """Each key on a line of its own at `indent` (the first after `first`, a sequence's dash)."""
+    for key, item in value.items():
+        pad = first if first is not None else " " * indent
+        first = None
+        if not isinstance(item, (dict, list)):
+            lines.append(f"{pad}{_bare(key)}: {_bare(item)}")
+            continue
+        one_line = _flow(item)
+        if one_line is not None:
+            lines.append(f"{pad}{_bare(key)}: {one_line}")
+            continue
+        lines.append(f"{pad}{_bare(key)}:")
+        if isinstance(item, dict):
+            _block_mapping(item, indent + 2, lines)
+        else:
+            _block_sequence(item, indent + 2, lines)
+
+
+def _block_sequence(value: list[Any], indent: int, lines: list[str]) -> None:
+    """Each item after a dash at `indent` (mappings' keys at `indent` + 2)."""
+    for item in value:
+        if isinstance(item, dict):
+            if _flow(item) is not None:
+                raise ValueError(item)  # a one-line mapping as an item: not in a fleet document
+            _block_mapping(item, indent + 2, lines, first=" " * indent + "- ")
+        elif isinstance(item, list):
+            raise ValueError(item)
+        else:
+            lines.append(f"{' ' * indent}- {_bare(item)}")
 
 
 def state_document(
