@@ -38,16 +38,17 @@ compat: venv
 test-deps:
 	@bash scripts/install-test-deps.sh
 
-# In parallel (pytest-xdist): most of the suite waits on servers, SSH and subprocesses, so more
-# workers than cores. With --dist loadgroup, tests/conftest.py keeps the tests of a module that
-# uses a module-scoped fixture (a simulated fleet, a Prometheus) on one worker, so it starts once.
-# Tests marked serial (shares of GPU time, timings against the clock) then run alone.
+# Tests marked serial (shares of GPU time, timings against the clock) run first, alone, on a
+# machine nothing else of the suite has touched yet. Then the rest in parallel (pytest-xdist):
+# most of it waits on servers, SSH and subprocesses, so more workers than cores. With
+# --dist loadgroup, tests/conftest.py keeps the tests of a module that uses a module-scoped
+# fixture (a simulated fleet, a Prometheus) on one worker, so it starts once.
 # --durations: the CI log names the slowest tests (the run must stay under 9 minutes on 2 cores;
 # docs/testing.md, "Time").
 PYTEST_WORKERS ?= 4
 pytest: venv native test-deps
-	$(BIN)/python -m pytest -q -m "not gpu and not serial" -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 	$(BIN)/python -m pytest -q -m "serial and not gpu" -p no:xdist --durations=10
+	$(BIN)/python -m pytest -q -m "not gpu and not serial" -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 test: venv native lint typecheck compat pytest
 

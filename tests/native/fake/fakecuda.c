@@ -136,17 +136,24 @@ static int alloc_take(uint64_t key, int kind, uint64_t *size, int *dev) {
     return 0;
 }
 
+/* The device's count and the process's entry move together, under the state's lock: a process
+ * SIGKILLed between two separate updates left them apart for good, and its entry, freed again by
+ * the sweep, took the device's count below zero (an unsigned wrap: every later allocation and
+ * context on the fake GPU was refused, as if the card were full). The real driver frees exactly
+ * what a dead process held. */
 static int mem_reserve(int dev, uint64_t size) {
     struct fg_dev *d = &S->dev[dev];
+    int pi = fg_proc_index(); /* before the lock: registering takes it */
     for (int attempt = 0; attempt < 2; attempt++) {
+        fg_lock(S);
         uint64_t cur = atomic_load(&d->used_mem);
-        while (cur + size <= d->total_mem) {
-            if (atomic_compare_exchange_weak(&d->used_mem, &cur, cur + size)) {
-                int pi = fg_proc_index();
-                if (pi >= 0) atomic_fetch_add(&S->procs[pi].mem[dev], size);
-                return 1;
-            }
+        int ok = cur + size <= d->total_mem;
+        if (ok) {
+            atomic_store(&d->used_mem, cur + size);
+            if (pi >= 0) atomic_fetch_add(&S->procs[pi].mem[dev], size);
         }
+        fg_unlock(S);
+        if (ok) return 1;
         if (attempt == 0) fg_sweep_dead(S);
     }
     atomic_fetch_add(&d->ooms, 1);
@@ -154,9 +161,11 @@ static int mem_reserve(int dev, uint64_t size) {
 }
 
 static void mem_unreserve(int dev, uint64_t size) {
-    atomic_fetch_sub(&S->dev[dev].used_mem, size);
     int pi = fg_proc_index();
+    fg_lock(S);
+    atomic_fetch_sub(&S->dev[dev].used_mem, size);
     if (pi >= 0) atomic_fetch_sub(&S->procs[pi].mem[dev], size);
+    fg_unlock(S);
 }
 
 static uint64_t new_dptr(int dev, uint64_t size) {

@@ -80,6 +80,8 @@ struct fg_state *fg_attach(void);          /* maps (creating if needed) $FAKECUD
 int fg_proc_index(void);                    /* this process's entry, registering it */
 uint64_t fg_now_ns(void);
 void fg_sweep_dead(struct fg_state *st);   /* returns memory of dead processes */
+void fg_lock(struct fg_state *st);         /* the state's lock (robust: a dead owner's half-made move is recounted) */
+void fg_unlock(struct fg_state *st);
 int fg_proc_alive(const struct fg_proc *p); /* its pid lives and is the same process (start time) */
 
 #endif

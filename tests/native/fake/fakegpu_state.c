@@ -164,10 +164,29 @@ int fg_proc_alive(const struct fg_proc *p) {
     return st != 0 && st == p->starttime;
 }
 
+/* A locker that finds the lock's owner dead may find a memory move half made (the device's count
+ * changed, the process's entry not yet): the device's count is recounted from the entries, which
+ * are what the driver frees when a process dies. */
+static void recount(struct fg_state *st) {
+    for (int d = 0; d < FG_MAX_DEV; d++) {
+        uint64_t sum = 0;
+        for (int i = 0; i < FG_MAX_PROCS; i++)
+            if (atomic_load(&st->procs[i].pid) > 0) sum += atomic_load(&st->procs[i].mem[d]);
+        atomic_store(&st->dev[d].used_mem, sum);
+    }
+}
+
 static void lock_state(struct fg_state *st) {
     int rc = pthread_mutex_lock(&st->lock);
-    if (rc == EOWNERDEAD) pthread_mutex_consistent(&st->lock);
+    if (rc == EOWNERDEAD) {
+        recount(st);
+        pthread_mutex_consistent(&st->lock);
+    }
 }
+
+void fg_lock(struct fg_state *st) { lock_state(st); }
+
+void fg_unlock(struct fg_state *st) { pthread_mutex_unlock(&st->lock); }
 
 static void release_entry(struct fg_state *st, struct fg_proc *p) {
     for (int d = 0; d < FG_MAX_DEV; d++) {
