@@ -102,6 +102,9 @@ def test_the_title_says_live_then_source_unreachable_then_live(tmp_path: Path) -
         prom.stop()
 
 
+# Times a key's answer against the clock: alone (make test's serial phase), where a second is a
+# freeze and not four workers sharing two cores (it took 1.7 s so once).
+@pytest.mark.serial
 def test_a_frozen_prometheus_is_a_timeout_not_a_freeze() -> None:
     with frozen_server() as port:
         url = f"http://127.0.0.1:{port}"
