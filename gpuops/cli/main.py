@@ -13,6 +13,7 @@ from typer.main import get_group
 
 import gpuops
 from gpuops.cli import output
+from gpuops.cli.coercion import plain_coercion
 
 
 class Entry(NamedTuple):
@@ -151,6 +152,7 @@ def plain_metavars(command: Any, ctx: Any) -> None:
     for param in [*command.params, command.get_help_option(ctx)]:
         if isinstance(param, TyperOption):
             _plain_metavar(param, ctx)
+        plain_coercion(param)
     for sub in getattr(command, "commands", {}).values():
         plain_metavars(sub, ctx)
 
@@ -170,6 +172,7 @@ class LazyCommands(TyperGroup):
         for param in params:
             if isinstance(param, TyperOption):
                 _plain_metavar(param, ctx)
+            plain_coercion(param)
         return params
 
     def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
