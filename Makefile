@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Python's bytecode caches are written: some machines set PYTHONDONTWRITEBYTECODE, and then every
+# gpuops process the tests start (~600) compiled the modules it imports again, and every pytest
+# worker rewrote every test module's asserts again.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: all venv native test-deps test test-deep lint typecheck compat pytest demo gpu-test clean
 

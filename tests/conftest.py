@@ -34,6 +34,12 @@ if os.environ.get("GPUOPS_HYPOTHESIS_PROFILE"):
     settings.load_profile(os.environ["GPUOPS_HYPOTHESIS_PROFILE"])
 
 
+# Module-scoped fixtures that start nothing to share, only check what this worker left behind
+# at the module's end: they hold a module's tests together for no gain (the two bootstrap tests,
+# ~3 minutes each, ran one after the other on one worker for the SSH leak check).
+_PER_WORKER_CHECKS = frozenset({"sshtest_leak_check"})
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under `--dist loadgroup` (make test), the tests of a module that uses a module-scoped
@@ -43,5 +49,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         info = getattr(item, "_fixtureinfo", None)
         if info is None:
             continue
-        if any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
+        if any(
+            defs and defs[-1].scope == "module" and name not in _PER_WORKER_CHECKS
+            for name, defs in info.name2fixturedefs.items()
+        ):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
