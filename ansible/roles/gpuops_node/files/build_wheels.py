@@ -10,7 +10,8 @@ missing ones are fetched with `pip download` (the only step that needs an index)
 
 Prints one JSON object: {"wheels": [file names], "digest": hex, "downloaded": [names]}. The
 digest covers what the wheels hold, not their zip metadata (a rebuilt wheel of the same code has
-other timestamps but the same digest), so a node reinstalls only when the code changes.
+other timestamps but the same digest), so a node reinstalls only when the code changes. The
+wheel is built again only when the package files changed since the last build into WHEELHOUSE.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ def _canonical(name: str) -> str:
 def _wheel_of(wheelhouse: str, name: str) -> str | None:
     """The newest wheel of distribution `name` in the wheelhouse (by file name), or None."""
     want = _canonical(name)
-    found = sorted(f for f in os.listdir(wheelhouse) if f.endswith(".whl") and _canonical(f.split("-")[0]) == want)
+    found = sorted(
+        f for f in os.listdir(wheelhouse) if f.endswith(".whl") and _canonical(f.split("-")[0]) == want
+    )
     return found[-1] if found else None
 
 
@@ -44,7 +47,40 @@ def _fail(message: str) -> None:
     sys.exit(1)
 
 
+STAMP = "gpuops-wheel.source"
+
+
+def source_digest(source: str) -> str:
+    """sha256 over the package files a build copies (relative name and bytes, sorted)."""
+    h = hashlib.sha256()
+    paths = [name for name in PACKAGE_FILES if os.path.isfile(os.path.join(source, name))]
+    for top, dirs, files in os.walk(os.path.join(source, "gpuops")):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        paths += [os.path.relpath(os.path.join(top, f), source) for f in files if not f.endswith(".pyc")]
+    for rel in sorted(paths):
+        with open(os.path.join(source, rel), "rb") as f:
+            h.update(rel.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
 def build(source: str, wheelhouse: str) -> str:
+    """gpuops' wheel in the wheelhouse: the one built before from the same package files (named
+    with their digest in gpuops-wheel.source), else a new one."""
+    digest = source_digest(source)
+    stamp = os.path.join(wheelhouse, STAMP)
+    if os.path.isfile(stamp):
+        with open(stamp) as f:
+            said = f.read().split()
+        if len(said) == 2 and said[0] == digest and os.path.isfile(os.path.join(wheelhouse, said[1])):
+            return said[1]
+    wheel = _build(source, wheelhouse)
+    with open(stamp + ".tmp", "w") as f:
+        f.write(f"{digest} {wheel}\n")
+    os.replace(stamp + ".tmp", stamp)
+    return wheel
+
+
+def _build(source: str, wheelhouse: str) -> str:
     with tempfile.TemporaryDirectory(prefix="gpuops-wheel-") as tmp:
         tree = os.path.join(tmp, "src")
         os.mkdir(tree)
@@ -114,7 +150,8 @@ def main(argv: list[str]) -> None:
         wheels.append(wheel)
     h = hashlib.sha256()
     for wheel in wheels:
-        h.update(wheel.split("-")[0].encode() + b"\0" + content_digest(os.path.join(wheelhouse, wheel)).encode())
+        wheel_digest = content_digest(os.path.join(wheelhouse, wheel))
+        h.update(wheel.split("-")[0].encode() + b"\0" + wheel_digest.encode())
     print(json.dumps({"wheels": wheels, "digest": h.hexdigest(), "downloaded": downloaded}))
 
 
