@@ -49,6 +49,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("sshtest_leak_check"), p
 
 LIMITER = Path(__file__).resolve().parents[2] / "native" / "build" / "libgpuops-limiter.so"
 
+# What each node's sshd sets in its sessions. An sshd-started bash at SHLVL 0 sources the user's
+# ~/.bashrc before every command: root's here runs `pyenv init` (~0.1 s of CPU), and Ansible opens
+# one session per module run, some 80 per host and playbook. At SHLVL 1 the sessions see a bare
+# node's environment (sshd's PATH: python3 is /usr/bin/python3), whatever the test user's rc says.
+NODE_SESSION_ENV = {"SHLVL": "1"}
+
 
 @pytest.fixture(autouse=True)
 def _root_only() -> None:
@@ -72,8 +78,10 @@ def ssh_section(server: Sshd) -> str:
 
 
 def test_bootstrap_twice_check_then_discover(sshd_loopback_factory: SshdFactory, tmp_path: Path) -> None:
-    a = sshd_loopback_factory("node-a")
-    b = sshd_loopback_factory("node-b", client_keys=a.client_keys, known_hosts=a.known_hosts)
+    a = sshd_loopback_factory("node-a", set_env=NODE_SESSION_ENV)
+    b = sshd_loopback_factory(
+        "node-b", client_keys=a.client_keys, known_hosts=a.known_hosts, set_env=NODE_SESSION_ENV
+    )
     prefix = {"node-a": tmp_path / "nodes" / "a" / "gpuops", "node-b": tmp_path / "nodes" / "b" / "gpuops"}
     fleet = fleet_yaml(
         tmp_path / "fleet.yaml",
@@ -215,10 +223,12 @@ def test_bad_input_stops_the_host_and_a_rerun_converges(
 ) -> None:
     names = ("good", "oldpy", "ro", "badlib")
     # fleet.yaml lists each machine once: an sshd of its own per host, one key, one known_hosts.
-    server = sshd_loopback_factory(names[0])
+    server = sshd_loopback_factory(names[0], set_env=NODE_SESSION_ENV)
     ports = {names[0]: server.port}
     for name in names[1:]:
-        extra = sshd_loopback_factory(name, client_keys=server.client_keys, known_hosts=server.known_hosts)
+        extra = sshd_loopback_factory(
+            name, client_keys=server.client_keys, known_hosts=server.known_hosts, set_env=NODE_SESSION_ENV
+        )
         ports[name] = extra.port
     prefix = {name: tmp_path / "nodes" / name / "gpuops" for name in names}
     old_python = write_executable(
