@@ -380,7 +380,11 @@ class Sshd:
         self.user = current_user()
         self.prefix = list(prefix)
         self.log_level = log_level
-        self.set_env = dict(set_env or {})
+        # A bash that sshd starts at SHLVL 0 sources the user's ~/.bashrc before every command:
+        # root's on this kind of machine runs `pyenv init` (~0.1 s of CPU a session, some 900
+        # sessions in make test). At SHLVL 1 a session sees what a bare node's does (sshd's PATH),
+        # whatever the test user's rc files say; a test may still set SHLVL otherwise.
+        self.set_env = {"SHLVL": "1", **(set_env or {})}
         self.extra_config = list(extra_config)
         self._own_dir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
