@@ -36,6 +36,7 @@ class UsedDisagrees(AssertionError):
     """PromQL's mean GPU time of a team is not `gpuops tenants --json`'s `used`."""
 
 
+@pytest.mark.slow  # waits for a whole wall-clock minute of Prometheus
 def test_promql_agrees_with_tenants(prometheus_factory: PrometheusFactory, tmp_path: Path) -> None:
     directory = tmp_path / "sim"
     launch(directory, "silos", nodes=NODES, timeout=90)

@@ -171,6 +171,7 @@ def _churn_spec(tmp_path: Path, count: int, starts_in: float) -> tuple[Path, flo
     return path, epoch + step * count + life
 
 
+@pytest.mark.slow
 def test_process_series_stay_bounded_through_a_thousand_short_processes(tmp_path: Path) -> None:
     top = 5
     spec, all_done = _churn_spec(tmp_path, 1000, starts_in=3.0)

@@ -256,6 +256,7 @@ CARVE_SHARING = """\
 """
 
 
+@pytest.mark.slow
 def test_limiter_lines_and_mps_daemons_end_to_end(fleet: Launched) -> None:
     carve = carve_file(fleet, CARVE_SHARING.replace("ATP", "50"))
     plan = gpuops("plan", str(carve))

@@ -18,7 +18,7 @@ from gpuops.simfleet import Launched, launch, stop
 from gpuops.spec import load_fleet
 from tests.integration.test_plan_apply import gpuops
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 
 SPEED = 1800.0
 

@@ -380,6 +380,7 @@ def test_mig_devices_get_a_daemon_each(dirs: Callable[[str], tuple[str, str]], t
     assert info.value.code == "conflict"
 
 
+@pytest.mark.slow
 def test_changes_that_would_disrupt_clients_are_refused_with_pids_and_users(
     dirs: Callable[[str], tuple[str, str]],
     client: Callable[[str], subprocess.Popen[bytes]],

@@ -61,6 +61,7 @@ def test_the_six_files_are_here() -> None:
     assert sum(len(configs(f)) for f in FILES) == 254  # 9 + 9 + 81 + 24 + 50 + 81 labels
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
 def test_every_label_imports(path: Path) -> None:
     for label in configs(path):
