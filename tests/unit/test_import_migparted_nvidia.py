@@ -4,6 +4,7 @@ catalog model the carve gives what mig-parted's apply gives (issue 19)."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ spec_cli.register(app)
 runner = CliRunner()
 
 
+@functools.cache  # read once per process: collection (test_plan_keeps_instances) and tests share it
 def configs(path: Path) -> dict[str, Any]:
     """The file's mig-configs, read without gpuops: the file, or its ConfigMap's config.yaml."""
     yaml = YAML(typ="safe", pure=True)
