@@ -2,7 +2,7 @@
 queued work waits while every card is in a silo; `gpuops rebalance` proposes the pool, `gpuops
 apply` applies it, the sim fleet's batch scheduler runs the queue on the granted cards, and the
 fleet's utilization (as `gpuops discover` reads it over SSH) and the team's completed work rise.
-Queued work runs 1800x real time here (a 12 h job in 24 s)."""
+Queued work runs 3600x real time here (a 12 h job in 12 s)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.integration.test_plan_apply import gpuops
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 
-SPEED = 1800.0
+SPEED = 3600.0
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_the_queue_drains_once_the_pool_is_applied(fleet: Launched) -> None:
 def test_sim_queue_prints_the_queue_and_says_when_there_is_none(fleet: Launched, tmp_path: Path) -> None:
     text = gpuops("sim", "queue", "--dir", str(fleet.dir))
     assert text.returncode == 0, text.stderr
-    assert text.stdout.startswith("Queued work (runs 1800x real time")
+    assert text.stdout.startswith(f"Queued work (runs {SPEED:g}x real time")
     assert "sim-speech-01/speech-distill-queued" in text.stdout
     assert "speech: " in text.stdout.splitlines()[-1] and "job-hours done" in text.stdout
     none = gpuops("sim", "queue", "--dir", str(tmp_path))
