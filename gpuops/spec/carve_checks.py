@@ -8,7 +8,7 @@ outcome. The same rules on a live GPU are `desired_gpu.desired_for`'s (plan time
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -80,24 +80,16 @@ def check_carve(fleet: Fleet, ctx: CheckReport) -> None:
     _check_duplicates(entries, ctx)
     sel = CarveSelectors(entries)
     grouped = _Grouped()
-    for node in fleet.nodes:
-        label_model, _ = node_model(node)
-        indices: set[int] = set()
-        for i in range(len(entries)):
-            found = sel.indices[i]
-            if found is not None and sel.selects(i, node):
-                indices |= found
-        for index in [*sorted(indices), None]:
-            gpu = GpuView(node, index, None, label_model, live=False)
-            winners = resolve(entries, sel, gpu)
-            gpu_rules(
-                entries,
-                winners,
-                gpu,
-                lambda path, message, hint, at_key, where=gpu.describe(): grouped.add(
-                    path, message, hint, at_key, where
-                ),
-            )
+    for gpu in _certain_gpus(fleet, sel):
+        winners = resolve(entries, sel, gpu)
+        gpu_rules(
+            entries,
+            winners,
+            gpu,
+            lambda path, message, hint, at_key, where=gpu.describe(): grouped.add(
+                path, message, hint, at_key, where
+            ),
+        )
     grouped.flush(ctx.report)
 
 
@@ -110,20 +102,12 @@ def carve_warnings(fleet: Fleet) -> list[str]:
         return []
     sel = CarveSelectors(entries)
     grouped = _Grouped()
-    for node in fleet.nodes:
-        label_model, _ = node_model(node)
-        indices: set[int] = set()
-        for i in range(len(entries)):
-            found = sel.indices[i]
-            if found is not None and sel.selects(i, node):
-                indices |= found
-        for index in [*sorted(indices), None]:
-            gpu = GpuView(node, index, None, label_model, live=False)
+    for gpu in _certain_gpus(fleet, sel):
 
-            def warn(path: DataPath, message: str, hint: str, where: str = gpu.describe()) -> None:
-                grouped.add(path, message, hint, False, where)
+        def warn(path: DataPath, message: str, hint: str, where: str = gpu.describe()) -> None:
+            grouped.add(path, message, hint, False, where)
 
-            gpu_rules(entries, resolve(entries, sel, gpu), gpu, _ignore, warn)
+        gpu_rules(entries, resolve(entries, sel, gpu), gpu, _ignore, warn)
     lines: list[str] = []
 
     def line(path: DataPath, message: str, hint: str = "", *, at_key: bool = False) -> None:
@@ -131,6 +115,20 @@ def carve_warnings(fleet: Fleet) -> list[str]:
 
     grouped.flush(line)
     return lines
+
+
+def _certain_gpus(fleet: Fleet, sel: CarveSelectors) -> Iterator[GpuView]:
+    """Each node's GPUs the carve names by index, then the node's any-GPU view (index None): the
+    GPUs the file makes certain, as the checks and the warnings walk them."""
+    for node in fleet.nodes:
+        label_model, _ = node_model(node)
+        indices: set[int] = set()
+        for i in range(len(sel.indices)):
+            found = sel.indices[i]
+            if found is not None and sel.selects(i, node):
+                indices |= found
+        for index in [*sorted(indices), None]:
+            yield GpuView(node, index, None, label_model, live=False)
 
 
 def _ignore(*_: object) -> None:
